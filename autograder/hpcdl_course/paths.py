@@ -1,0 +1,27 @@
+"""Where the course's folders are, and which assignments exist."""
+import os
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SOLUTIONS = ROOT / "solutions"
+COURSE = ROOT / "course"
+AUTOGRADER = ROOT / "autograder"
+
+
+def work() -> pathlib.Path:
+    """The grading work folder (git-ignored): submissions, autograded copies, feedback, gradebook."""
+    return (ROOT / os.environ.get("HPCDL_WORK", "autograder/work")).resolve()
+
+
+def assignments() -> list:
+    """Assignment names, in course order: the folders of solutions/ (01_vector_add, 02_roofline, ...)."""
+    return sorted(p.name for p in SOLUTIONS.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def text_sources(assignment: str) -> list:
+    return sorted((SOLUTIONS / assignment).glob("*.nb.py"))
+
+
+def notebook_names(assignment: str) -> list:
+    """The notebooks (without .ipynb) that make up an assignment."""
+    return [p.name[: -len(".nb.py")] for p in text_sources(assignment)]
