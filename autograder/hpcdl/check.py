@@ -7,6 +7,7 @@ against a reference with a tolerance chosen by dtype. NaN never passes.
 """
 import contextlib
 import math
+import numbers
 import secrets
 
 import torch
@@ -115,9 +116,21 @@ def describe(shape, dtype) -> str:
     return f"shape {tuple(shape)} {str(dtype).replace('torch.', '')}"
 
 
+def _without_sizes(problem: str) -> str:
+    """What went wrong, without the sizes and values that would reveal a hidden test's inputs."""
+    for attr in ("shape", "dtype", "device"):
+        if problem.startswith(f"returned {attr}"):
+            return f"returned the wrong {attr}"
+    if "elements are wrong" in problem:
+        return "wrong values" + (" (some NaN: never written, or computed from out-of-bounds data)"
+                                 if "NaN" in problem else "")
+    return problem
+
+
 def _fail(name, problem, case, seed, hidden, index, total, hint=""):
     hint = f" {hint}" if hint else ""
     if hidden:
+        problem = _without_sizes(problem)
         raise CheckFailed(f"{name}: hidden check {index + 1} of {total} failed: {problem}.{hint}") from None
     raise CheckFailed(f"{name}: {problem} for {case} (seed {seed}; pass seed={seed} to replay).{hint}") from None
 
@@ -196,9 +209,8 @@ def raises(fn, args, exception=ValueError, *, name=None, because=""):
     raise CheckFailed(f"{name} returned normally {because}; it should raise {exception.__name__}")
 
 
-def number(value, *, name: str, positive=True) -> float:
-    """value must be a finite real number (and > 0 if positive); returns it as float."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) and not (
+def _as_float(value, name: str, positive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) and not (
             isinstance(value, torch.Tensor) and value.numel() == 1):
         raise CheckFailed(f"{name} must be a number, got {type(value).__name__}")
     value = float(value)
@@ -207,10 +219,17 @@ def number(value, *, name: str, positive=True) -> float:
     return value
 
 
-def close_to(value, expected: float, *, name: str, rel: float = 1e-3, hidden=False):
+# Checks return None on purpose: nbgrader scores a grade cell whose last line evaluates to a number
+# as that many points.
+def number(value, *, name: str, positive=True) -> None:
+    """value must be a finite real number (and > 0 if positive)."""
+    _as_float(value, name, positive)
+
+
+def close_to(value, expected: float, *, name: str, rel: float = 1e-3, hidden=False) -> None:
     """value within `rel` relative error of expected."""
-    value = number(value, name=name, positive=False)
+    value = _as_float(value, name, positive=False)
     if not math.isclose(value, expected, rel_tol=rel, abs_tol=0.0):
         if hidden:
-            raise CheckFailed(f"{name} = {value:.6g} is not within {rel:.1%} of the expected answer")
-        raise CheckFailed(f"{name} = {value:.6g}, expected {expected:.6g} (within {rel:.1%})")
+            raise CheckFailed(f"{name} = {value:.6g} is not within a relative {rel:.2g} of the expected answer")
+        raise CheckFailed(f"{name} = {value:.6g}, expected {expected:.6g} (within a relative {rel:.2g})")

@@ -33,8 +33,8 @@ DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 
 
 def name() -> str:
-    """The device's name as the cache of ceilings keys it, e.g. 'NVIDIA H200' or 'cpu-interpreter'."""
-    return torch.cuda.get_device_name() if ON_GPU else "cpu-interpreter"
+    """The device's name as the cache of ceilings keys it, e.g. 'NVIDIA H200' or 'cpu'."""
+    return torch.cuda.get_device_name() if ON_GPU else "cpu"
 
 
 def describe() -> str:

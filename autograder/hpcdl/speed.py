@@ -1,5 +1,6 @@
 """Graded speed: only a CUDA GPU measurement ever earns a speed point.
 
+Checks return None: a grade cell whose last value is a number would score that number as points.
 Each check measures the learner's function and its yardstick (the copy ceiling, or a named
 baseline) in the same process, one after the other, on random data far larger than the L2 cache.
 """
@@ -27,7 +28,7 @@ def _check_result(fn, args, reference, name):
             raise CheckFailed(f"{name} is wrong on the timed inputs: {problem}")
 
 
-def bandwidth_fraction(fn, make_args, *, bytes_moved: int, min_fraction: float, name: str, reference=None) -> float:
+def bandwidth_fraction(fn, make_args, *, bytes_moved: int, min_fraction: float, name: str, reference=None) -> None:
     """fn(*make_args()) must move `bytes_moved` bytes at >= min_fraction of this card's copy bandwidth."""
     require_gpu()
     args = make_args()
@@ -41,10 +42,9 @@ def bandwidth_fraction(fn, make_args, *, bytes_moved: int, min_fraction: float, 
     if fraction < min_fraction:
         raise CheckFailed(f"{report}; needs {min_fraction:.0%}")
     print(report)
-    return fraction
 
 
-def speedup(fn, baseline, make_args, *, min_speedup: float, name: str, baseline_name: str, reference=None) -> float:
+def speedup(fn, baseline, make_args, *, min_speedup: float, name: str, baseline_name: str, reference=None) -> None:
     """fn(*make_args()) must run at least min_speedup times faster than baseline on the same inputs."""
     require_gpu()
     args = make_args()
@@ -56,4 +56,3 @@ def speedup(fn, baseline, make_args, *, min_speedup: float, name: str, baseline_
     if ratio < min_speedup:
         raise CheckFailed(f"{report}; needs {min_speedup:.2f}x")
     print(report)
-    return ratio

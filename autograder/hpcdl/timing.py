@@ -1,4 +1,5 @@
-"""Time a function: CUDA-event medians on a GPU, plain wall-clock on the CPU interpreter."""
+"""Time a function: CUDA-event medians on a GPU, plain wall-clock on the CPU (where Triton kernels
+run in the interpreter, so their times say nothing about a GPU)."""
 import statistics
 import time
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ class Timing:
 
     @property
     def label(self) -> str:
-        return "GPU median" if self.on_gpu else "CPU-interpreter wall-clock (not a GPU speed)"
+        return "GPU median" if self.on_gpu else "CPU wall-clock (not a GPU speed)"
 
     def gbps(self, nbytes: float) -> float:
         return nbytes / self.seconds / 1e9

@@ -90,7 +90,10 @@ def grade_folder(folder, assignments=None) -> list:
         submissions.stage(sub)
         print(f"grading {sub.student} / {sub.assignment} ...", flush=True)
         result.problems += autograde(sub)
-        result.scores = scores(sub.student, sub.assignment)
+        # A notebook without an autograded copy has a meaningless 0 in the gradebook: show it as not graded.
+        autograded = paths.work() / "autograded" / sub.student / sub.assignment
+        result.scores = {name: score for name, score in scores(sub.student, sub.assignment).items()
+                         if (autograded / f"{name}.ipynb").exists()}
     export = nbgrader("export", f"--ExportPlugin.to={paths.work() / 'grades.csv'}")
     if export.returncode != 0:
         print(f"warning: CSV export failed: {errors(export)}")
@@ -98,16 +101,14 @@ def grade_folder(folder, assignments=None) -> list:
 
 
 def table(results: list) -> str:
-    """One row per student and assignment: each notebook's score, the total, and what went wrong."""
-    rows = [("student", "assignment", "score", "notes")]
+    """One row per student and notebook: its score, and what went wrong."""
+    rows = [("student", "notebook", "score", "notes")]
     for r in results:
-        if r.scores:
-            got = sum(s for s, _ in r.scores.values())
-            out_of = sum(m for _, m in r.scores.values())
-            score = f"{got:g} / {out_of:g}"
-        else:
-            score = "not graded"
-        rows.append((r.student, r.assignment, score, "; ".join(r.problems)))
+        names = paths.notebook_names(r.assignment) if r.assignment in paths.assignments() else [r.assignment]
+        for i, name in enumerate(names):
+            score = "%g / %g" % r.scores[name] if name in r.scores else "not graded"
+            notes = "; ".join(r.problems) if i == 0 else ""
+            rows.append((r.student, f"{r.assignment}/{name}" if name != r.assignment else name, score, notes))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths)) + ("  " + row[3] if row[3] else "")
              for row in rows]

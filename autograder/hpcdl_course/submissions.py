@@ -42,9 +42,9 @@ def _read_problem(path: pathlib.Path) -> str | None:
         nb = nbformat.read(path, as_version=4)
         nbformat.validate(nb)
     except Exception as e:  # nbformat raises several types for bad JSON and bad structure
-        return f"{path.name} is not a valid notebook ({type(e).__name__}: {str(e).splitlines()[0][:120]}); scored 0"
+        return f"{path.name} is not a valid notebook ({type(e).__name__}: {str(e).splitlines()[0][:120]}): not graded"
     if not any("nbgrader" in cell.metadata for cell in nb.cells):
-        return f"{path.name} has no nbgrader cells (was it saved over with another notebook?); scored 0"
+        return f"{path.name} has no nbgrader cells (was it saved over with another notebook?): not graded"
     return None
 
 
@@ -96,7 +96,7 @@ def _scan_assignment(student: str, a_dir: pathlib.Path) -> Submission:
     for name in expected:
         if not any(p.stem == name for p in sub.notebooks) and not any(p.startswith(name + ".ipynb")
                                                                         for p in sub.problems):
-            sub.problems.append(f"{name}.ipynb is missing; scored 0")
+            sub.problems.append(f"{name}.ipynb is missing: not graded")
     return sub
 
 

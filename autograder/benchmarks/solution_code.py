@@ -1,0 +1,27 @@
+"""Load an assignment's reference solution (or a fixture's answer) from its source notebook, to
+benchmark it outside nbgrader: the setup and solution cells become one module in a temporary file
+(Triton reads a kernel's source from its file)."""
+import importlib.util
+import pathlib
+import tempfile
+
+import nbformat
+
+from hpcdl_course import answers, paths
+
+
+def load(assignment: str, notebook: str, fixture: str | None = None):
+    nb = nbformat.read(paths.SOLUTIONS / assignment / f"{notebook}.ipynb", as_version=4)
+    override = next((f.cells for f in answers.load(assignment) if f.name == fixture), {}) if fixture else {}
+    parts = []
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade_id") == "setup" or meta.get("solution"):
+            source = override.get(meta["grade_id"], cell.source)
+            parts.append("\n".join(line for line in source.splitlines() if line.strip() not in answers.MARKERS))
+    path = pathlib.Path(tempfile.mkdtemp(prefix="hpcdl-solution-")) / f"{notebook}_{fixture or 'solution'}.py"
+    path.write_text("\n\n".join(parts) + "\n")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

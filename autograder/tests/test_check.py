@@ -1,0 +1,162 @@
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from hpcdl import check
+from hpcdl.check import CheckFailed
+
+
+@triton.jit
+def neg_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, SKIP_LAST: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n - SKIP_LAST
+    tl.store(out_ptr + offsets, -tl.load(x_ptr + offsets, mask=mask), mask=mask)
+
+
+def negate(x, skip_last=0):
+    out = torch.empty_like(x)
+    neg_kernel[(triton.cdiv(x.numel(), 64),)](x, out, x.numel(), BLOCK=64, SKIP_LAST=skip_last)
+    return out
+
+
+def inputs(shape, dtype, generator):
+    return (check.random_tensor(shape, dtype, generator=generator),)
+
+
+def reference(x):
+    return (-x.double()).to(x.dtype)
+
+
+CASES = [((1,), torch.float32), ((97,), torch.float16), ((5, 7), torch.float32)]
+
+
+def test_correct_function_passes(capsys):
+    check.outputs(negate, reference, inputs, CASES, kernels=[neg_kernel])
+    assert "correct on 3 random cases" in capsys.readouterr().out
+
+
+def test_unwritten_element_is_caught_by_poison():
+    with pytest.raises(CheckFailed, match=r"1 of 97 elements are wrong \(1 are NaN"):
+        check.outputs(lambda x: negate(x, skip_last=1), reference, inputs, [((97,), torch.float32)])
+
+
+def test_nan_never_passes():
+    with pytest.raises(CheckFailed, match="NaN"):
+        check.outputs(lambda x: torch.full_like(x, float("nan")), reference, inputs, CASES)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda x: -x.double(), "returned dtype torch.float64"),
+    (lambda x: -x.reshape(-1, 1), "returned shape"),
+    (lambda x: (-x).tolist(), "returned list"),
+    (lambda x: x.neg_(), "modified its input argument 0"),
+    (lambda x: -x * 1.001, "elements are wrong"),
+])
+def test_plausible_wrong_answers_fail(wrong, message):
+    with pytest.raises(CheckFailed, match=message):
+        check.outputs(wrong, reference, inputs, [((33, 3), torch.float32)])
+
+
+def test_failure_gives_seed_that_replays():
+    with pytest.raises(CheckFailed) as failure:
+        check.outputs(lambda x: -x + 1e-3, reference, inputs, [((50,), torch.float32)])
+    seed = int(str(failure.value).split("seed=")[1].split(" ")[0].rstrip(").,"))
+    values = []
+    check.outputs(lambda x: values.append(x.clone()) or -x, reference, inputs, [((50,), torch.float32)], seed=seed)
+    check.outputs(lambda x: values.append(x.clone()) or -x, reference, inputs, [((50,), torch.float32)], seed=seed)
+    assert torch.equal(values[0], values[1])
+
+
+def test_fresh_inputs_each_call():
+    seen = []
+    for _ in range(2):
+        check.outputs(lambda x: seen.append(x.clone()) or -x, reference, inputs, [((50,), torch.float32)])
+    assert not torch.equal(seen[0], seen[1])
+
+
+def test_hidden_failure_leaves_out_the_inputs():
+    with pytest.raises(CheckFailed) as failure:
+        check.outputs(lambda x: -x + 1, reference, inputs, [((12345,), torch.float32)], hidden=True)
+    text = str(failure.value)
+    assert "hidden check 1 of 1 failed" in text and "12345" not in text and "seed" not in text
+
+
+def test_hidden_check_hides_learner_exceptions():
+    def broken(x):
+        raise RuntimeError("secret detail")
+    with pytest.raises(CheckFailed, match="raised RuntimeError") as failure:
+        check.outputs(broken, reference, inputs, [((3,), torch.float32)], hidden=True)
+    assert "secret" not in str(failure.value)
+
+
+def test_visible_check_lets_learner_exceptions_through_with_a_note():
+    def broken(x):
+        raise ZeroDivisionError("x")
+    with pytest.raises(ZeroDivisionError) as failure:
+        check.outputs(broken, reference, inputs, [((3,), torch.float32)])
+    assert any("shape (3,) float32" in note for note in failure.value.__notes__)
+
+
+def test_kernel_used_accepts_a_kernel_result(capsys):
+    check.kernel_used(negate, neg_kernel, inputs, reference, (100,), torch.float32)
+    assert "launches neg_kernel" in capsys.readouterr().out
+
+
+def test_kernel_used_rejects_a_bypass():
+    def bypass(x):
+        negate(x)
+        return -x
+    with pytest.raises(CheckFailed, match="still returns the right answer"):
+        check.kernel_used(bypass, neg_kernel, inputs, reference, (100,), torch.float32)
+
+
+def test_kernel_used_rejects_no_launch():
+    with pytest.raises(CheckFailed, match="never launched neg_kernel"):
+        check.kernel_used(lambda x: -x, neg_kernel, inputs, reference, (100,), torch.float32)
+
+
+def test_raises():
+    def strict(x):
+        raise ValueError("bad x")
+    check.raises(strict, (1,), ValueError)
+    with pytest.raises(CheckFailed, match="returned normally"):
+        check.raises(lambda x: x, (1,), ValueError)
+    with pytest.raises(CheckFailed, match="raised TypeError"):
+        check.raises(lambda x: x + "a", (1,), ValueError)
+
+
+def test_numbers():
+    assert check.number(0.5, name="x") is None  # None: a numeric last value would be partial credit
+    check.close_to(1 / 12, 0.0833333, name="x", rel=1e-3)
+    from fractions import Fraction
+
+    import numpy as np
+    check.close_to(Fraction(1, 12), 1 / 12, name="x")
+    check.close_to(np.float32(1 / 12), 1 / 12, name="x", rel=1e-6)
+    for bad in (None, "1", float("nan"), -1.0, True):
+        with pytest.raises(CheckFailed):
+            check.number(bad, name="x")
+    with pytest.raises(CheckFailed, match="not within") as failure:
+        check.close_to(0.125, 1 / 12, name="x", hidden=True)
+    assert "0.0833" not in str(failure.value)
+
+
+def test_tolerance_by_dtype():
+    assert check.tolerance(torch.float16)[0] > check.tolerance(torch.float32)[0]
+    with pytest.raises(TypeError):
+        check.tolerance(torch.int32)
+
+
+def test_poison_marks_every_empty_allocation():
+    with check.poisoned_allocations():
+        a = torch.empty(5)
+        b = torch.empty_like(torch.ones(3, dtype=torch.float16))
+        c = torch.ones(2).new_empty(4)
+        d = torch.empty(6, dtype=torch.int32)
+    assert torch.isnan(a).all() and torch.isnan(b).all() and torch.isnan(c).all()
+    assert (d.view(torch.uint8) == 0xA5).all()
+
+
+def test_render_traceback_is_short():
+    assert check.CheckFailed("boom")._render_traceback_() == ["CheckFailed: boom"]

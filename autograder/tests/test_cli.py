@@ -1,0 +1,67 @@
+"""`make grade`'s command on the demo submissions and on bad input, as an instructor runs it."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hpcdl_course import paths
+
+pytestmark = pytest.mark.slow
+
+
+def run_cli(*args, work):
+    env = {**os.environ, "HPCDL_WORK": str(work)}
+    return subprocess.run([sys.executable, "-m", "hpcdl_course", *map(str, args)], env=env, capture_output=True,
+                          text=True, timeout=1800, cwd=paths.ROOT)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    work = tmp_path_factory.mktemp("work")
+    return run_cli("grade", work=work), work
+
+
+def test_demo_grades_and_prints_a_table(demo):
+    proc, work = demo
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {tuple(line.split()[:2]): line for line in proc.stdout.splitlines() if line.startswith("student-")}
+    for a in paths.assignments():
+        for n in paths.notebook_names(a):
+            full = rows[("student-full", n)]
+            blank = rows[("student-blank", n)]
+            got, out_of = full.split()[2], full.split()[4]
+            assert float(got) > 0 and float(out_of) > 0
+            assert blank.split()[2] == "0"
+    assert (work / "gradebook.db").exists() and (work / "grades.csv").exists()
+    csv = (work / "grades.csv").read_text()
+    assert "student-full" in csv and "student-partial" in csv
+
+
+def test_demo_scores_order_full_partial_blank(demo):
+    proc, _ = demo
+    first = paths.assignments()[0]
+    name = paths.notebook_names(first)[0]
+    score = {line.split()[0]: float(line.split()[2]) for line in proc.stdout.splitlines()
+             if line.startswith("student-") and line.split()[1] == name and "not graded" not in line}
+    assert score["student-full"] > score["student-partial"] > score["student-blank"] == 0
+
+
+def test_bad_input_is_explained_per_submission(demo):
+    proc, _ = demo
+    broken = "\n".join(line for line in proc.stdout.splitlines() if line.startswith("student-broken"))
+    assert "is not a valid notebook" in broken
+    assert "notes.txt is not a notebook: ignored" in broken
+    assert "is a notebook of 02_roofline, not of 01_vector_add" in broken
+    assert "'99_unknown' is not an assignment folder" in broken
+
+
+def test_missing_folder_is_a_clear_error(tmp_path):
+    proc = run_cli("grade", tmp_path / "nope", work=tmp_path / "work")
+    assert proc.returncode == 2
+    assert "is not a folder" in proc.stderr
+
+
+def test_build_check_is_clean(tmp_path):
+    proc = run_cli("build", "--check", work=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == ""

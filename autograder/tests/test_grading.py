@@ -1,0 +1,143 @@
+"""Every answer fixture, graded through nbgrader into a gradebook, scores exactly as its fixture says.
+
+One grading run covers all assignments: the solution, the untouched release, each right and wrong
+answer, and a submission that kills its kernel. Scores are read back per grade cell from the gradebook.
+"""
+import html
+import os
+import re
+
+import nbformat
+import pytest
+from nbgrader.api import Gradebook
+
+import hpcdl
+from hpcdl_course import answers, grade, paths
+
+pytestmark = pytest.mark.slow
+CRASH = "crash"
+
+
+# HPCDL_GRADE_ONLY=name,name limits the fixtures graded (for a short GPU run); the solution and the
+# untouched release are always graded.
+ONLY = set(filter(None, os.environ.get("HPCDL_GRADE_ONLY", "").split(",")))
+
+
+def fixtures(assignment):
+    return [f for f in answers.load(assignment) if not ONLY or f.name in ONLY]
+
+
+def student(assignment, name):
+    return f"{assignment}.{name}"
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("submissions")
+    for a in paths.assignments():
+        answers.write_submission(folder, student(a, "solution"), a, {})
+        answers.write_submission(folder, student(a, "release"), a, None)
+        for f in fixtures(a):
+            answers.write_submission(folder, student(a, f.name), a, f.cells)
+    first = paths.assignments()[0]
+    solution_cell = next(f for f in answers.load(first) if not f.right).cells
+    answers.write_submission(folder, CRASH, first,
+                             {cell: "import os\nos._exit(1)" for cell in solution_cell})
+    results = {(r.student, r.assignment): r for r in grade.grade_folder(folder)}
+    scores = {}
+    with Gradebook(f"sqlite:///{paths.work() / 'gradebook.db'}") as gb:
+        for (s, a), r in results.items():
+            for name in r.scores:
+                nb = gb.find_submission_notebook(name, a, s)
+                scores[(s, a)] = {g.name: (g.score, g.max_score) for g in nb.grades}
+    return results, scores
+
+
+def failed_cells(cell_scores: dict) -> set:
+    return {cell for cell, (score, max_score) in cell_scores.items() if score != max_score}
+
+
+def expected_speed_failures(assignment) -> set:
+    return set() if hpcdl.ON_GPU else answers.speed_cells(assignment)
+
+
+@pytest.mark.parametrize("assignment", paths.assignments())
+def test_solution_gets_every_point_a_machine_can_give(graded, assignment):
+    results, scores = graded
+    cells = scores[(student(assignment, "solution"), assignment)]
+    assert set(cells) == set(answers.grade_cells(assignment))
+    assert failed_cells(cells) == expected_speed_failures(assignment)
+
+
+@pytest.mark.parametrize("assignment", paths.assignments())
+def test_untouched_release_gets_zero_everywhere(graded, assignment):
+    _, scores = graded
+    cells = scores[(student(assignment, "release"), assignment)]
+    assert all(score == 0 for score, _ in cells.values()), cells
+
+
+def fixture_ids():
+    return [(a, f.name) for a in paths.assignments() for f in fixtures(a)]
+
+
+@pytest.mark.parametrize("assignment, name", fixture_ids(), ids=lambda v: v)
+def test_fixture_scores_as_declared(graded, assignment, name):
+    _, scores = graded
+    fixture = next(f for f in answers.load(assignment) if f.name == name)
+    expected = (set() if fixture.right else fixture.fails) | expected_speed_failures(assignment)
+    failed = failed_cells(scores[(student(assignment, name), assignment)])
+    if hpcdl.ON_GPU and not fixture.right:
+        # A wrong answer may or may not also be slow; speed cells are asserted only where declared.
+        failed -= answers.speed_cells(assignment) - fixture.fails
+    assert failed == expected, fixture.why
+
+
+def test_a_crashing_submission_is_reported_and_costs_only_itself(graded):
+    results, scores = graded
+    crash = results[(CRASH, paths.assignments()[0])]
+    assert not crash.scores
+    assert any("kernel died" in p for p in crash.problems), crash.problems
+    assert len(scores) == len(results) - 1
+
+
+def _autograded(assignment, name):
+    s = student(assignment, name)
+    return [paths.work() / "autograded" / s / assignment / f"{n}.ipynb" for n in paths.notebook_names(assignment)]
+
+
+@pytest.mark.parametrize("assignment", paths.assignments())
+def test_grade_cells_leave_no_value_for_nbgrader_to_score(graded, assignment):
+    for path in _autograded(assignment, "solution") + _autograded(assignment, "release"):
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.metadata.get("nbgrader", {}).get("grade"):
+                assert not [o for o in cell.outputs if o.output_type == "execute_result"], cell.source[:80]
+
+
+@pytest.mark.skipif(hpcdl.ON_GPU, reason="the message for machines without a GPU")
+def test_speed_cells_say_why_they_scored_zero(graded):
+    a = paths.assignments()[0]
+    nb = nbformat.read(_autograded(a, "solution")[0], as_version=4)
+    speed = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id", "").startswith("test_speed")]
+    assert speed and all("graded only on a CUDA GPU" in str(c.outputs) for c in speed)
+
+
+def _hidden_lines(assignment, name) -> set:
+    nb = nbformat.read(paths.SOLUTIONS / assignment / f"{name}.ipynb", as_version=4)
+    found = set()
+    for cell in nb.cells:
+        for block in re.findall(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", cell.source, flags=re.S):
+            found |= {line.strip() for line in block.splitlines() if len(line.strip()) > 12}
+    return found
+
+
+@pytest.mark.parametrize("assignment", paths.assignments())
+def test_feedback_exists_and_hides_hidden_tests(graded, assignment):
+    for name in paths.notebook_names(assignment):
+        secret = _hidden_lines(assignment, name)
+        assert secret
+        for who in ("solution", "release"):
+            page = (paths.work() / "feedback" / student(assignment, who) / assignment / f"{name}.html").read_text()
+            text = html.unescape(re.sub(r"<[^>]+>", "", page))
+            assert "HIDDEN TESTS" not in text
+            assert [line for line in secret if line in text] == []

@@ -1,0 +1,47 @@
+import json
+
+import pytest
+import torch
+
+import hpcdl
+from hpcdl import ceilings, speed, timing
+
+
+@pytest.mark.skipif(hpcdl.ON_GPU, reason="checks the message a machine without a GPU gives")
+def test_speed_is_never_awarded_without_gpu():
+    called = []
+    with pytest.raises(speed.SpeedNotGraded, match="graded only on a CUDA GPU"):
+        speed.bandwidth_fraction(lambda: called.append(1), lambda: called.append(2) or (), bytes_moved=1,
+                                 min_fraction=0.0, name="f")
+    with pytest.raises(speed.SpeedNotGraded):
+        speed.speedup(lambda: None, lambda: None, lambda: (), min_speedup=0.0, name="f", baseline_name="g")
+    assert called == []  # nothing was even allocated or run
+
+
+def test_time_function_labels_what_it_measured():
+    x = torch.rand(1000, device=hpcdl.DEVICE)
+    t = timing.time_function(lambda: x + x)
+    assert t.seconds > 0 and t.on_gpu == hpcdl.ON_GPU
+    assert t.label.startswith("GPU") == hpcdl.ON_GPU
+    assert t.gbps(1e9) == pytest.approx(1 / t.seconds)
+
+
+def test_ceilings_are_measured_once_and_cached(monkeypatch, tmp_path):
+    monkeypatch.setenv("HPCDL_CACHE_DIR", str(tmp_path))
+    measured = []
+    real = ceilings.measure
+    monkeypatch.setattr(ceilings, "measure", lambda: measured.append(1) or real())
+    first = ceilings.get()
+    second = ceilings.get()
+    assert measured == [1] and first == second
+    assert first.bandwidth > 0 and first.flops["fp32"] > 0 and first.ridge("fp32") > 0
+    cached = json.loads((tmp_path / "ceilings.json").read_text())
+    assert any(key.startswith(first.device) for key in cached)
+    ceilings.get(refresh=True)
+    assert measured == [1, 1]
+
+
+def test_broken_cache_is_measured_again(monkeypatch, tmp_path):
+    monkeypatch.setenv("HPCDL_CACHE_DIR", str(tmp_path))
+    (tmp_path / "ceilings.json").write_text("{not json")
+    assert ceilings.get().bandwidth > 0
