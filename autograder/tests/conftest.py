@@ -2,10 +2,13 @@
 never the instructor's autograder/work/."""
 import os
 import pathlib
+import sys
 import tempfile
 
 _session_tmp = pathlib.Path(tempfile.mkdtemp(prefix="hpcdl-tests-"))
 os.environ["HPCDL_WORK"] = str(_session_tmp / "work")
 os.environ["HPCDL_CACHE_DIR"] = str(_session_tmp / "cache")
+
+sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))  # autograder/, for `benchmarks`
 
 import hpcdl  # noqa: E402,F401  (before triton: selects the CPU interpreter here)
