@@ -133,6 +133,9 @@ def _hidden_lines(assignment, name) -> set:
 
 @pytest.mark.parametrize("assignment", paths.assignments())
 def test_feedback_exists_and_hides_hidden_tests(graded, assignment):
+    results, _ = graded
+    for who in ("solution", "release"):
+        assert results[(student(assignment, who), assignment)].problems == []
     for name in paths.notebook_names(assignment):
         secret = _hidden_lines(assignment, name)
         assert secret

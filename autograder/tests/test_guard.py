@@ -4,6 +4,7 @@ import triton
 import triton.language as tl
 
 import hpcdl
+from hpcdl.device import DEVICE
 from hpcdl.guard import Guard, OutOfBounds
 from hpcdl.launches import watch
 
@@ -45,12 +46,13 @@ def test_guard_keeps_aliasing_and_strides():
 
 @pytest.mark.parametrize("shift, where", [(5, "past the end"), (-3, "before the start")])
 def test_out_of_bounds_store_is_reported_by_name(shift, where):
-    x, out = torch.rand(100), torch.zeros(100)
-    with pytest.raises(OutOfBounds, match=f"{where} of `out_ptr`"):
+    x, out = torch.rand(100, device=DEVICE), torch.zeros(100, device=DEVICE)
+    with pytest.raises(OutOfBounds, match=f"{where} of `out_ptr`"), watch(scale_kernel):
         scale_kernel[(1,)](x, out, 100, shift, BLOCK=128)
-    torch.rand(10)  # the process is still healthy
+    torch.rand(10, device=DEVICE).sum().item()  # the process is still healthy
 
 
+@pytest.mark.skipif(hpcdl.ON_GPU, reason="only the CPU interpreter guards every launch")
 def test_every_interpreted_launch_is_guarded():
     x, out = torch.rand(1000), torch.empty(1000)
     with pytest.raises(OutOfBounds, match="unmasked_kernel wrote up to 24 elements past the end of `out_ptr`"):
@@ -58,7 +60,7 @@ def test_every_interpreted_launch_is_guarded():
 
 
 def test_watch_counts_and_skips_launches():
-    x, out = torch.rand(300), torch.full((300,), -1.0)
+    x, out = torch.rand(300, device=DEVICE), torch.full((300,), -1.0, device=DEVICE)
     with watch(scale_kernel) as log:
         scale_kernel[(3,)](x, out, 300, 0, BLOCK=128)
     assert log.count == 1 and log.grids == [(3,)]
