@@ -4,7 +4,6 @@ import triton
 import triton.language as tl
 
 import hpcdl
-from hpcdl.device import DEVICE
 from hpcdl.guard import Guard, OutOfBounds
 from hpcdl.launches import watch
 
@@ -46,10 +45,10 @@ def test_guard_keeps_aliasing_and_strides():
 
 @pytest.mark.parametrize("shift, where", [(5, "past the end"), (-3, "before the start")])
 def test_out_of_bounds_store_is_reported_by_name(shift, where):
-    x, out = torch.rand(100, device=DEVICE), torch.zeros(100, device=DEVICE)
+    x, out = torch.rand(100, device=hpcdl.DEVICE), torch.zeros(100, device=hpcdl.DEVICE)
     with pytest.raises(OutOfBounds, match=f"{where} of `out_ptr`"), watch(scale_kernel):
         scale_kernel[(1,)](x, out, 100, shift, BLOCK=128)
-    torch.rand(10, device=DEVICE).sum().item()  # the process is still healthy
+    torch.rand(10, device=hpcdl.DEVICE).sum().item()  # the process is still healthy
 
 
 @pytest.mark.skipif(hpcdl.ON_GPU, reason="only the CPU interpreter guards every launch")
@@ -60,7 +59,7 @@ def test_every_interpreted_launch_is_guarded():
 
 
 def test_watch_counts_and_skips_launches():
-    x, out = torch.rand(300, device=DEVICE), torch.full((300,), -1.0, device=DEVICE)
+    x, out = torch.rand(300, device=hpcdl.DEVICE), torch.full((300,), -1.0, device=hpcdl.DEVICE)
     with watch(scale_kernel) as log:
         scale_kernel[(3,)](x, out, 300, 0, BLOCK=128)
     assert log.count == 1 and log.grids == [(3,)]
