@@ -5,22 +5,28 @@ PYTHON ?= python3
 VENV ?= .venv
 GPU ?=
 PYTEST_ARGS ?=
+NB ?=
+JOBS ?= auto
 SUBMISSIONS ?=
 CONFIRM ?=
+DIST ?= dist/learner
 
 PY := $(VENV)/bin/python
 WORK := autograder/work
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lab test grade release notebooks clean-work
+.PHONY: help setup lab test grade release notebooks clean-work learner-dist
 
 help:
 	@echo "make lab          set up $(VENV) if needed, then start JupyterLab on course/"
-	@echo "make test         run the autograder's tests (PYTEST_ARGS=... passed to pytest)"
+	@echo "make test         run the autograder's tests (NB=01_vector_add,...: only those notebooks' grading;"
+	@echo "                  JOBS=N pytest-xdist workers, default one per core; PYTEST_ARGS=... passed to pytest)"
 	@echo "make grade        grade SUBMISSIONS=... (empty: the demo submissions)"
 	@echo "make release      build the student release of the assignments"
 	@echo "make notebooks    build the course notebooks"
+	@echo "make new-notebook NAME=05_int4_packing   start solutions/05_int4_packing/ from the standard arc"
 	@echo "make setup        only create or update $(VENV)"
+	@echo "make learner-dist write what learners get, no solutions, into DIST=$(DIST)"
 	@echo "make clean-work   remove $(WORK)/ (holds the gradebook; needs CONFIRM=1)"
 	@echo
 	@echo "Variables: PYTHON=$(PYTHON) VENV=$(VENV) GPU=1|0 (default: CUDA build if nvidia-smi sees a GPU);"
@@ -29,20 +35,32 @@ help:
 setup:
 	@PYTHON="$(PYTHON)" VENV="$(VENV)" GPU="$(GPU)" bash env/setup.sh
 
+# LAB_ARGS: more options for jupyter lab, e.g. LAB_ARGS="--no-browser --port=8888" on a remote
+# machine (README: Remote machines). As root (containers, cloud VMs) --allow-root is added.
 lab: setup
-	$(VENV)/bin/jupyter lab --notebook-dir=course
+	$(VENV)/bin/jupyter lab --notebook-dir=course $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
+# Tests that share a grading run carry one xdist_group, so --dist loadgroup grades each once.
 test: setup
-	$(PY) -m pytest autograder/tests $(PYTEST_ARGS)
+	HPCDL_NB=$(NB) $(PY) -m pytest autograder/tests -n $(JOBS) --dist loadgroup $(PYTEST_ARGS)
 
 grade: setup
 	$(PY) -m hpcdl_course grade $(SUBMISSIONS)
 
+# Refuses to replace notebooks in course/ that hold work; FORCE=1 moves them to course.bak-<time>/.
 release: setup
-	$(PY) -m hpcdl_course release
+	HPCDL_RELEASE_FORCE="$(FORCE)" $(PY) -m hpcdl_course release
 
 notebooks: setup
 	$(PY) -m hpcdl_course build
+
+learner-dist: setup
+	$(PY) -m hpcdl_course distribute $(DIST)
+
+.PHONY: new-notebook
+new-notebook: setup
+	@if [ -z "$(NAME)" ]; then echo "usage: make new-notebook NAME=05_int4_packing"; exit 2; fi
+	$(PY) -m hpcdl_course new $(NAME)
 
 # autograder/work/ holds the gradebook: never remove it without being asked twice.
 clean-work:

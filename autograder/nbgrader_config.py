@@ -6,12 +6,17 @@ The road: solutions/ (sources with solutions and hidden tests) -> course/ (relea
 """
 import os
 
-from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
-from nbgrader.preprocessors import ClearHiddenTests, GetGrades
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
+from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearHiddenTests, GetGrades, IgnorePattern,
+                                    LimitOutput, SaveAutoGrades)
+
+from hpcdl_course.trusted_execute import TrustedExecute
 
 c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
 
-root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# HPCDL_COURSE_ROOT: another course root (its solutions/ and course/), as in hpcdl_course/paths.py.
+repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+root = os.path.abspath(os.environ.get("HPCDL_COURSE_ROOT") or repo)
 work = os.path.abspath(os.path.join(root, os.environ.get("HPCDL_WORK", "autograder/work")))
 
 c.CourseDirectory.root = root
@@ -30,5 +35,21 @@ c.Execute.timeout = 900
 # A warning or compiler message on stderr must not turn a passing grade cell into 0: only errors count.
 c.IgnorePattern.enabled = True
 c.IgnorePattern.pattern = r"[\s\S]"
+# Autograding never runs a test beside the learner's code: TrustedExecute takes the place of nbgrader's
+# Execute (hpcdl_course/trusted_execute.py). The rest of nbgrader's list is unchanged.
+c.Autograde.autograde_preprocessors = [TrustedExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
+                                       SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
+c.TrustedExecute.timeout = float(os.environ.get("HPCDL_NOTEBOOK_TIMEOUT", 3600))
 # Feedback shows failures, not the hidden tests' source.
 c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor]
+
+# --- C++ answers (hpcdl_course/cpp_stubs.py) ---
+# A `// BEGIN SOLUTION` ... `// END SOLUTION` region is released as a C++ stub that compiles. The
+# preprocessor takes ClearSolutions' place: nbgrader's list is otherwise unchanged.
+from nbgrader.converters import GenerateAssignment  # noqa: E402
+from nbgrader.preprocessors import ClearSolutions  # noqa: E402
+
+from hpcdl_course.cpp_stubs import ClearSolutionsWithCpp  # noqa: E402
+
+c.GenerateAssignment.preprocessors = [ClearSolutionsWithCpp if p is ClearSolutions else p
+                                      for p in GenerateAssignment.class_traits()["preprocessors"].default()]

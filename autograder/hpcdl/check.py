@@ -55,8 +55,22 @@ def generator(seed: int) -> torch.Generator:
 
 
 def random_tensor(shape, dtype=torch.float32, *, generator: torch.Generator, low=-1.0, high=1.0):
-    """Uniform random values in [low, high) on the course device (never zeros)."""
-    x = torch.rand(shape, generator=generator, device=DEVICE, dtype=torch.float32)
+    """Uniform random values in [low, high) on the course device (never zeros).
+
+    The tensor remembers how it was drawn, so a grading worker can redraw a large input itself
+    instead of receiving its bytes (see wire.py)."""
+    state = generator.get_state()
+    t = regenerate(shape, dtype, None, low, high, generator.device, generator=generator)
+    t._hpcdl_recipe = {"shape": list(t.shape), "low": low, "high": high, "state": state}
+    return t
+
+
+def regenerate(shape, dtype, state, low, high, device, *, generator=None) -> torch.Tensor:
+    """The draw of random_tensor, from a generator state (or from `generator` as it stands)."""
+    if generator is None:
+        generator = torch.Generator(device=device)
+        generator.set_state(state)
+    x = torch.rand(shape, generator=generator, device=device, dtype=torch.float32)
     return (x * (high - low) + low).to(dtype)
 
 
@@ -112,6 +126,25 @@ def compare(actual, expected: torch.Tensor) -> str | None:
             + (f" (rtol {rtol:g}, atol {atol:g})" if actual.is_floating_point() else ""))
 
 
+def invoke(fn, args, kernels=(), *, skip=False):
+    """Run fn(*args) as every check does: allocations poisoned, the launches of `kernels` watched and
+    guarded (or skipped, with skip=True). Returns (result, {kernel name: launches}, indices of the
+    tensor arguments fn modified).
+
+    At grading time fn is a proxy for a function in the worker process (remote.py), which runs
+    the same steps there."""
+    if hasattr(fn, "hpcdl_invoke"):
+        return fn.hpcdl_invoke(args, kernels, skip=skip)
+    originals = [a.clone() if isinstance(a, torch.Tensor) else None for a in args]
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(poisoned_allocations())
+        logs = [stack.enter_context(watch(k, skip=skip)) for k in kernels]
+        result = fn(*args)
+    modified = [i for i, (a, before) in enumerate(zip(args, originals))
+                if before is not None and not torch.equal(a, before)]
+    return result, {log.kernel_name: log.count for log in logs}, modified
+
+
 def describe(shape, dtype) -> str:
     return f"shape {tuple(shape)} {str(dtype).replace('torch.', '')}"
 
@@ -148,14 +181,9 @@ def outputs(fn, reference, make_inputs, cases, *, kernels=(), name=None, hidden=
         case_seed = new_seed() if seed is None else seed
         case = describe(shape, dtype)
         args = make_inputs(shape, dtype, generator(case_seed))
-        originals = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
         expected = reference(*args)
         try:
-            with contextlib.ExitStack() as stack:
-                stack.enter_context(poisoned_allocations())
-                for k in kernels:
-                    stack.enter_context(watch(k))
-                actual = fn(*args)
+            actual, _, modified = invoke(fn, args, kernels)
         except OutOfBounds as e:
             _fail(name, str(e), case, case_seed, hidden, index, len(cases), e.hint)
         except CheckFailed:
@@ -165,9 +193,8 @@ def outputs(fn, reference, make_inputs, cases, *, kernels=(), name=None, hidden=
                 _fail(name, f"raised {type(e).__name__}", case, case_seed, hidden, index, len(cases))
             e.add_note(f"hpcdl: raised while checking {name} on {case} (seed {case_seed})")
             raise
-        for i, (a, before) in enumerate(zip(args, originals)):
-            if isinstance(a, torch.Tensor) and not torch.equal(a, before):
-                _fail(name, f"modified its input argument {i}", case, case_seed, hidden, index, len(cases))
+        for i in modified:
+            _fail(name, f"modified its input argument {i}", case, case_seed, hidden, index, len(cases))
         problem = compare(actual, expected)
         if problem:
             _fail(name, problem, case, case_seed, hidden, index, len(cases))
@@ -181,18 +208,17 @@ def kernel_used(fn, kernel, make_inputs, reference, shape, dtype, *, name=None):
     kname = kernel_name(kernel)
     seed = new_seed()
     args = make_inputs(shape, dtype, generator(seed))
-    with poisoned_allocations(), watch(kernel) as log:
-        fn(*args)
-    if log.count == 0:
+    _, launches, _ = invoke(fn, args, [kernel])
+    count = launches[kname]
+    if count == 0:
         raise CheckFailed(f"{name} never launched {kname}: launch it as {kname}[grid](...)")
     args = make_inputs(shape, dtype, generator(seed + 1))
     expected = reference(*args)
-    with poisoned_allocations(), watch(kernel, skip=True):
-        actual = fn(*args)
+    actual, _, _ = invoke(fn, args, [kernel], skip=True)
     if compare(actual, expected) is None:
         raise CheckFailed(f"{name} still returns the right answer when {kname} does not run: "
                           f"the result must be what your kernel wrote")
-    print(f"{name}: launches {kname} ({log.count} launch{'es' if log.count > 1 else ''}) and its result comes "
+    print(f"{name}: launches {kname} ({count} launch{'es' if count > 1 else ''}) and its result comes "
           f"from the kernel")
 
 
@@ -233,3 +259,68 @@ def close_to(value, expected: float, *, name: str, rel: float = 1e-3, hidden=Fal
         if hidden:
             raise CheckFailed(f"{name} = {value:.6g} is not within a relative {rel:.2g} of the expected answer")
         raise CheckFailed(f"{name} = {value:.6g}, expected {expected:.6g} (within a relative {rel:.2g})")
+
+
+# Answers that are numbers, labels or names: fn(*args) compared with an expected value. With
+# hidden=True a failure leaves out the arguments and the expected answer, and a success prints nothing.
+def _who(fn, name) -> str:
+    return name or getattr(fn, "__name__", "function")
+
+
+def _show_call(fn, args, name=None) -> str:
+    shown = (format(a, "g") if isinstance(a, numbers.Real) and not isinstance(a, bool) else repr(a) for a in args)
+    return f"{_who(fn, name)}({', '.join(shown)})"
+
+
+def _call(fn, args, name, hidden):
+    """fn(*args); with hidden=True an exception becomes a CheckFailed that does not show the arguments."""
+    try:
+        return fn(*args)
+    except CheckFailed:
+        raise
+    except Exception as e:
+        if hidden:
+            raise CheckFailed(f"{_who(fn, name)}: a hidden check raised {type(e).__name__}") from None
+        e.add_note(f"hpcdl: raised while checking {_show_call(fn, args, name)}")
+        raise
+
+
+def value(fn, args, expected: float, *, rel: float = 1e-9, name=None, hidden=False) -> None:
+    """fn(*args) must return a finite real number within a relative `rel` of expected."""
+    call = _show_call(fn, args, name)
+    got = _call(fn, args, name, hidden)
+    if isinstance(got, bool) or not isinstance(got, numbers.Real) and not (
+            isinstance(got, torch.Tensor) and got.numel() == 1):
+        if hidden:
+            raise CheckFailed(f"{_who(fn, name)}: a hidden check returned {type(got).__name__}, not a number")
+        raise CheckFailed(f"{call} returned {type(got).__name__}, expected a number such as {expected:g}"
+                          + (": did the function end without `return`?" if got is None else ""))
+    got = float(got)
+    if math.isfinite(got) and math.isclose(got, expected, rel_tol=rel, abs_tol=0.0):
+        if not hidden:
+            print(f"{call} = {got:.6g}")
+        return
+    if hidden:
+        raise CheckFailed(f"{_who(fn, name)}: a hidden check returned a wrong value")
+    raise CheckFailed(f"{call} returned {got:.6g}, expected {expected:.6g} (within a relative {rel:.2g})")
+
+
+def label(fn, args, expected: str, *, name=None, hidden=False) -> None:
+    """fn(*args) must return the string `expected`, exactly."""
+    call = _show_call(fn, args, name)
+    got = _call(fn, args, name, hidden)
+    if isinstance(got, str) and got == expected:
+        if not hidden:
+            print(f"{call} = {got!r}")
+        return
+    if hidden:
+        raise CheckFailed(f"{_who(fn, name)}: a hidden check returned a wrong label")
+    if not isinstance(got, str):
+        raise CheckFailed(f"{call} returned {type(got).__name__}, expected the string {expected!r}")
+    raise CheckFailed(f"{call} returned {got!r}, expected {expected!r}")
+
+
+def defined(name: str, namespace: dict) -> None:
+    """`name` must be set in namespace (a notebook's globals()): a solution cell defines it."""
+    if name not in namespace:
+        raise CheckFailed(f"{name} is not defined: run your solution cell first (and keep the name as given)")

@@ -2,15 +2,35 @@
 
 Checks return None: a grade cell whose last value is a number would score that number as points.
 Each check measures the learner's function and its yardstick (the copy ceiling, or a named
-baseline) in the same process, one after the other, on random data far larger than the L2 cache.
+baseline) in the same run, on random data far larger than the L2 cache.
+
+At grading time the learner's function lives in the worker process (remote.py) and is timed from
+the checker: every timed call gets fresh inputs of its own, the checker's clock measures a batch
+of calls (the worker cannot change it), outputs of the timed calls, picked after the timing, are
+checked against the reference, and a speed above what this card's memory allows is rejected.
 """
+import random
+import statistics
+import time
+
+import torch
+
 from . import ceilings
 from .check import CheckFailed, compare
 from .device import ON_GPU
 from .timing import time_function
 
+# No kernel that reads and writes its bytes once beats a plain copy by much; past this, it was not
+# measured honestly (or it did not do the work).
+PHYSICAL_LIMIT = 1.10
+BATCH_CALLS, BATCH_REPEATS, VERIFIED_PER_BATCH = 20, 5, 2
+
 
 class SpeedNotGraded(CheckFailed):
+    pass
+
+
+class ImpossibleSpeed(CheckFailed):
     pass
 
 
@@ -18,6 +38,10 @@ def require_gpu() -> None:
     if not ON_GPU:
         raise SpeedNotGraded("speed is graded only on a CUDA GPU. This machine has none, so this cell scores 0 here; "
                              "your correctness cells are graded on their own. Run the notebook on a GPU to earn it.")
+
+
+def _is_remote(fn) -> bool:
+    return hasattr(fn, "hpcdl_invoke")
 
 
 def _check_result(fn, args, reference, name):
@@ -28,31 +52,120 @@ def _check_result(fn, args, reference, name):
             raise CheckFailed(f"{name} is wrong on the timed inputs: {problem}")
 
 
+def _synchronize():
+    if ON_GPU:
+        torch.cuda.synchronize()
+
+
+def _local_batch_seconds(fn, sets) -> float:
+    """Wall-clock seconds per call of fn over distinct argument sets, one batch, synchronized."""
+    _synchronize()
+    start = time.perf_counter()
+    for args in sets:
+        fn(*args)
+    _synchronize()
+    return (time.perf_counter() - start) / len(sets)
+
+
+def _remote_seconds(fn, make_args, reference, name) -> float:
+    """Median seconds per call of a worker's function, timed by this process's clock."""
+    worker = fn._worker
+    times = []
+    for repeat in range(BATCH_REPEATS + 1):  # the first batch compiles and warms up: not counted
+        sets = [make_args() for _ in range(BATCH_CALLS)]
+        worker.request({"op": "load_sets", "sets": sets}, what=f"loading the inputs of {name}")
+        start = time.perf_counter()
+        worker.request({"op": "run_timed", "name": fn._name}, what=name)
+        seconds = (time.perf_counter() - start) / BATCH_CALLS
+        for index in random.Random().sample(range(BATCH_CALLS), VERIFIED_PER_BATCH):
+            out = worker.request({"op": "fetch", "index": index}, what=f"the output of {name}")["result"]
+            if reference is not None:
+                problem = compare(out, reference(*sets[index]))
+                if problem:
+                    raise CheckFailed(f"{name} is wrong on timed call {index + 1} of a batch: {problem}. "
+                                      f"Every timed call gets new inputs: a result reused from an earlier call fails")
+        if repeat:
+            times.append(seconds)
+        del sets
+    return statistics.median(times)
+
+
+def _copy_bandwidth_like(nbytes: int) -> float:
+    """This card's copy bandwidth (bytes read + written per second), measured the way remote calls are."""
+    n = max(nbytes // 8, 1 << 20)
+    sets = [(torch.empty(n, dtype=torch.float32, device="cuda"), torch.rand(n, device="cuda"))
+            for _ in range(BATCH_CALLS)]
+    best = min(_local_batch_seconds(lambda dst, src: dst.copy_(src), sets) for _ in range(BATCH_REPEATS))
+    return 8 * n / best
+
+
+def _pausing_worker(fn):
+    """While the checker measures its yardsticks, the worker's processes are stopped."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def paused():
+        worker = getattr(fn, "_worker", None)
+        stopped = worker.pause() if worker is not None else []
+        try:
+            yield
+        finally:
+            if worker is not None:
+                worker.resume(stopped)
+    return paused()
+
+
 def bandwidth_fraction(fn, make_args, *, bytes_moved: int, min_fraction: float, name: str, reference=None) -> None:
     """fn(*make_args()) must move `bytes_moved` bytes at >= min_fraction of this card's copy bandwidth."""
     require_gpu()
-    args = make_args()
-    _check_result(fn, args, reference, name)
-    t = time_function(lambda: fn(*args))
-    peak = ceilings.copy_bandwidth(max(bytes_moved // 2, 1 << 30))
-    achieved = bytes_moved / t.seconds
+    if _is_remote(fn):
+        with _pausing_worker(fn):
+            peak = _copy_bandwidth_like(bytes_moved)
+        seconds = _remote_seconds(fn, make_args, reference, name)
+        how = "checker's clock, fresh inputs per call"
+    else:
+        args = make_args()
+        _check_result(fn, args, reference, name)
+        seconds = time_function(lambda: fn(*args)).seconds
+        peak = ceilings.copy_bandwidth(max(bytes_moved // 2, 1 << 30))
+        how = "GPU median"
+    achieved = bytes_moved / seconds
     fraction = achieved / peak
-    report = (f"{name}: {achieved / 1e9:.0f} GB/s in {t}, {fraction:.0%} of this card's copy bandwidth "
-              f"({peak / 1e9:.0f} GB/s measured just now)")
+    report = (f"{name}: {achieved / 1e9:.0f} GB/s in {seconds * 1e6:.1f} us ({how}), {fraction:.0%} of this card's "
+              f"copy bandwidth ({peak / 1e9:.0f} GB/s measured just now)")
+    if fraction > PHYSICAL_LIMIT:
+        raise ImpossibleSpeed(f"{report}: faster than this card's memory allows, so the measurement is rejected "
+                              f"(reported to the instructor)")
     if fraction < min_fraction:
         raise CheckFailed(f"{report}; needs {min_fraction:.0%}")
     print(report)
 
 
-def speedup(fn, baseline, make_args, *, min_speedup: float, name: str, baseline_name: str, reference=None) -> None:
-    """fn(*make_args()) must run at least min_speedup times faster than baseline on the same inputs."""
+def speedup(fn, baseline, make_args, *, min_speedup: float, name: str, baseline_name: str, reference=None,
+            bytes_moved: int | None = None) -> None:
+    """fn(*make_args()) must run at least min_speedup times faster than baseline on the same inputs.
+    With bytes_moved, a time faster than a copy of that many bytes is rejected."""
     require_gpu()
-    args = make_args()
-    _check_result(fn, args, reference, name)
-    t_fn = time_function(lambda: fn(*args))
-    t_base = time_function(lambda: baseline(*args))
-    ratio = t_base.seconds / t_fn.seconds
-    report = f"{name}: {t_fn}, {baseline_name}: {t_base}: {ratio:.2f}x"
+    if _is_remote(fn):
+        with _pausing_worker(fn):
+            sets = [make_args() for _ in range(BATCH_CALLS)]
+            _local_batch_seconds(baseline, sets)
+            t_base = min(_local_batch_seconds(baseline, sets) for _ in range(BATCH_REPEATS))
+            del sets
+            peak = _copy_bandwidth_like(bytes_moved) if bytes_moved else None
+        t_fn = _remote_seconds(fn, make_args, reference, name)
+    else:
+        args = make_args()
+        _check_result(fn, args, reference, name)
+        t_fn = time_function(lambda: fn(*args)).seconds
+        t_base = time_function(lambda: baseline(*args)).seconds
+        peak = ceilings.copy_bandwidth(max(bytes_moved // 2, 1 << 30)) if bytes_moved else None
+    ratio = t_base / t_fn
+    report = f"{name}: {t_fn * 1e6:.1f} us, {baseline_name}: {t_base * 1e6:.1f} us: {ratio:.2f}x"
+    if peak and bytes_moved / t_fn > PHYSICAL_LIMIT * peak:
+        raise ImpossibleSpeed(f"{report}: {bytes_moved / t_fn / 1e9:.0f} GB/s is faster than this card's memory "
+                              f"allows ({peak / 1e9:.0f} GB/s), so the measurement is rejected (reported to the "
+                              f"instructor)")
     if ratio < min_speedup:
         raise CheckFailed(f"{report}; needs {min_speedup:.2f}x")
     print(report)

@@ -4,6 +4,11 @@ A fixture replaces solution cells (by grade_id) in an otherwise correct submissi
 grades every fixture through nbgrader: right answers must get full points, and each wrong answer
 must fail exactly the grade cells it lists. Speed cells (grade_id starting with test_speed) fail
 for every submission where no GPU measured them.
+
+A fixture gives a cell's new source whole (`[wrong.cells] grade_id = '''...'''`) or as edits of the
+solution's source, markers removed (`[wrong.edits] grade_id = [{replace = "<", with = "<="}]`): each
+`replace` must occur exactly once in that source, or loading fails and names the fixture, so an
+edit cannot silently stop applying when the solution changes.
 """
 import copy
 import pathlib
@@ -16,6 +21,10 @@ from . import paths
 
 SPEED_PREFIX = "test_speed"
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+
+
+class FixtureError(ValueError):
+    """An answers.toml entry that cannot be turned into cells; the message names file, fixture and cell."""
 
 
 @dataclass
@@ -34,12 +43,44 @@ def load(assignment: str) -> list:
     if not path.exists():
         return []
     data = tomllib.loads(path.read_text())
+    entries = [(kind == "right", entry) for kind in ("right", "wrong") for entry in data.get(kind, [])]
+    solutions = solution_sources(assignment) if any("edits" in entry for _, entry in entries) else {}
     found = []
-    for kind in ("right", "wrong"):
-        for entry in data.get(kind, []):
-            found.append(Fixture(assignment, entry["name"], entry["why"], entry["cells"], kind == "right",
-                                 set(entry.get("fails", [])), entry.get("demo", False)))
+    for right, entry in entries:
+        where = f"{path.relative_to(paths.SOLUTIONS.parent)}, fixture {entry.get('name')!r}"
+        whole, edits = entry.get("cells", {}), entry.get("edits", {})
+        if not whole and not edits or set(whole) & set(edits):
+            raise FixtureError(f"{where}: give each cell it changes once, whole under `cells` or under `edits`")
+        cells = {**whole, **edited_cells(edits, solutions, where)}
+        found.append(Fixture(assignment, entry["name"], entry["why"], cells, right,
+                             set(entry.get("fails", [])), entry.get("demo", False)))
     return found
+
+
+def apply_edits(source: str, edits: list, where: str) -> str:
+    """source with each {replace = old, with = new} applied in turn; `old` must occur exactly once."""
+    for number, edit in enumerate(edits, start=1):
+        if set(edit) != {"replace", "with"}:
+            raise FixtureError(f"{where}, edit {number}: write it as {{replace = \"...\", with = \"...\"}}")
+        found = source.count(edit["replace"])
+        if found == 0:
+            raise FixtureError(f"{where}, edit {number}: {edit['replace']!r} is not in the solution "
+                               f"(any more): update the edit to match the solution cell")
+        if found > 1:
+            raise FixtureError(f"{where}, edit {number}: {edit['replace']!r} occurs {found} times in the "
+                               f"solution: quote more of it, so that it names one place")
+        source = source.replace(edit["replace"], edit["with"])
+    return source
+
+
+def edited_cells(edits: dict, solutions: dict, where: str) -> dict:
+    """grade_id -> the solution cell's source with its edits applied."""
+    cells = {}
+    for grade_id, cell_edits in edits.items():
+        if grade_id not in solutions:
+            raise FixtureError(f"{where}: edits name {grade_id!r}, which is not a solution cell")
+        cells[grade_id] = apply_edits(solutions[grade_id], cell_edits, f"{where}, cell {grade_id!r}")
+    return cells
 
 
 def grade_cells(assignment: str) -> dict:
@@ -63,6 +104,11 @@ def _solution_sources(assignment: str, name: str) -> dict:
     return {cell.metadata["nbgrader"]["grade_id"]: "\n".join(
                 line for line in cell.source.splitlines() if line.strip() not in MARKERS)
             for cell in nb.cells if cell.metadata.get("nbgrader", {}).get("solution")}
+
+
+def solution_sources(assignment: str) -> dict:
+    """grade_id -> source, solution markers removed, of every solution cell of the assignment."""
+    return {k: v for name in paths.notebook_names(assignment) for k, v in _solution_sources(assignment, name).items()}
 
 
 def submission(assignment: str, name: str, answers: dict | None = None):

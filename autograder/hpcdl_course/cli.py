@@ -1,9 +1,13 @@
 """hpcdl-course: the instructor's commands (make notebooks / release / grade call these)."""
 import argparse
+import pathlib
 import shutil
 import sys
 
+from . import sandbox
 from . import answers, grade, notebooks, paths, release, submissions
+from . import distribute
+from . import scaffold
 
 
 def cmd_build(args) -> int:
@@ -38,6 +42,55 @@ def cmd_grade(args) -> int:
     return 0
 
 
+def cmd_distribute(args) -> int:
+    try:
+        written = distribute.build(args.target)
+        done = distribute.commit(args.target) if args.git else None
+    except distribute.DistributeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    target = pathlib.Path(args.target).resolve()
+    print(f"wrote the learner distribution to {target} ({len(written)} files):")
+    for p in written:
+        print(f"  {p.as_posix()}")
+    if done:
+        print(done)
+    return 0
+
+
+def cmd_new(args) -> int:
+    try:
+        created = scaffold.create(args.name)
+    except scaffold.ScaffoldError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    built = notebooks.target(created[0])
+    built.write_text(notebooks.serialize(notebooks.build(created[0])))
+    for p in [*created, built]:
+        print(f"wrote: {p.relative_to(paths.SOLUTIONS.parent)}")
+    print(f"Next: replace the placeholder exercise in {created[0].name} and its answers in answers.toml, "
+          f"then `make notebooks`, `make release` and `make test`.")
+    return 0
+
+
+def cmd_check_sandbox(args) -> int:
+    """Show what a submission's code can see while it is graded."""
+    secrets = [paths.work(), paths.work() / "gradebook.db", paths.SOLUTIONS, paths.ROOT / "autograder" / "hpcdl_course",
+               pathlib.Path.home()] + [pathlib.Path(p).resolve() for p in args.paths]
+    try:
+        print(f"sandbox: {sandbox.mode()}")
+        seen = sandbox.probe(secrets)
+    except sandbox.SandboxUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"runs as uid {seen['uid']}; network: {'REACHABLE' if seen['network'] else 'none'}; "
+          f"GPU: {seen['gpu'] or 'none'}{' (computes)' if seen.get('gpu_works') else ''}; hpcdl from {seen['hpcdl']}")
+    for path, visible in seen["can_read"].items():
+        print(f"  {'VISIBLE' if visible else 'hidden '}  {path}")
+    exposed = [p for p, v in seen["can_read"].items() if v] + (["the network"] if seen["network"] else [])
+    return 1 if exposed else 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="hpcdl-course", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -52,6 +105,18 @@ def main(argv=None) -> int:
                                                   "default: the demo submissions")
     p.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
     p.set_defaults(run=cmd_grade)
+    p = sub.add_parser("distribute", help="write the learner distribution: course/, hpcdl, env/, binder/, "
+                                          "no solutions")
+    p.add_argument("target", nargs="?", default=distribute.DEFAULT_TARGET,
+                   help="an empty or new folder, or an earlier distribution (default: dist/learner)")
+    p.add_argument("--git", action="store_true", help="commit it in its own git repository (made if missing)")
+    p.set_defaults(run=cmd_distribute)
+    p = sub.add_parser("check-sandbox", help="show what a submission's code can see while it is graded")
+    p.add_argument("paths", nargs="*", help="more paths that must stay hidden (e.g. the submissions folder)")
+    p.set_defaults(run=cmd_check_sandbox)
+    p = sub.add_parser("new", help="start a new assignment in solutions/NAME/ from the standard arc")
+    p.add_argument("name", help="two digits, an underscore and a lower-case name, e.g. 05_int4_packing")
+    p.set_defaults(run=cmd_new)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -3,13 +3,16 @@
 Each submission is autograded by its own nbgrader process, so a crash, a hang or a broken notebook
 costs that submission alone; what went wrong is reported beside its row.
 """
+import csv
+import json
 import os
 from dataclasses import dataclass, field
 
 from nbgrader.api import Gradebook, MissingEntry
 
-from . import paths, release, submissions
+from . import paths, release, sandbox, submissions
 from .nbgrader_run import errors, nbgrader
+from .trusted_execute import report_path
 
 SUBMISSION_TIMEOUT = float(os.environ.get("HPCDL_SUBMISSION_TIMEOUT", 3 * 3600))
 
@@ -20,6 +23,7 @@ class Result:
     assignment: str
     scores: dict = field(default_factory=dict)  # notebook -> (score, max_score)
     problems: list = field(default_factory=list)
+    flags: list = field(default_factory=list)  # for the instructor to review: the answers reach for the grader
 
     @property
     def graded(self) -> bool:
@@ -44,6 +48,18 @@ def autograde(sub: submissions.Submission) -> list:
     return problems
 
 
+def flags(student: str, assignment: str) -> list:
+    """What the checker flagged in each notebook of a submission (see flags.py and checker.py)."""
+    found = []
+    for name in paths.notebook_names(assignment):
+        try:
+            report = json.loads(report_path(student, assignment, name).read_text())
+        except (OSError, ValueError):
+            continue
+        found += [f"{name}: {f}" for f in report.get("flags", [])]
+    return found
+
+
 def scores(student: str, assignment: str) -> dict:
     """notebook -> (score, max_score) as the gradebook holds them."""
     found = {}
@@ -57,23 +73,16 @@ def scores(student: str, assignment: str) -> dict:
     return found
 
 
-def require_kernel(name: str = "hpcdl") -> None:
-    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
-
-    try:
-        KernelSpecManager().get_kernel_spec(name)
-    except NoSuchKernel:
-        raise GradingSetupError(f"the notebooks run in the Jupyter kernel '{name}', which this environment lacks: "
-                                f"run `make lab` (or env/setup.sh) once to register it") from None
-
-
 class GradingSetupError(RuntimeError):
     pass
 
 
 def grade_folder(folder, assignments=None) -> list:
     """Grade every submission in `folder`; returns one Result per (student, assignment) seen."""
-    require_kernel()
+    try:
+        sandboxing = sandbox.mode()  # fails early, with what to do, where bubblewrap is missing
+    except sandbox.SandboxUnavailable as e:
+        raise GradingSetupError(str(e)) from None
     found = submissions.scan(folder)
     wanted = assignments or paths.assignments()
     for a in wanted:
@@ -89,7 +98,12 @@ def grade_folder(folder, assignments=None) -> list:
             continue
         submissions.stage(sub)
         print(f"grading {sub.student} / {sub.assignment} ...", flush=True)
+        for name in paths.notebook_names(sub.assignment):
+            report_path(sub.student, sub.assignment, name).unlink(missing_ok=True)
         result.problems += autograde(sub)
+        result.flags = flags(sub.student, sub.assignment)
+        if sandboxing == "none":
+            result.flags.append("graded without a sandbox (HPCDL_SANDBOX=none)")
         # A notebook without an autograded copy has a meaningless 0 in the gradebook: show it as not graded.
         autograded = paths.work() / "autograded" / sub.student / sub.assignment
         result.scores = {name: score for name, score in scores(sub.student, sub.assignment).items()
@@ -97,7 +111,23 @@ def grade_folder(folder, assignments=None) -> list:
     export = nbgrader("export", f"--ExportPlugin.to={paths.work() / 'grades.csv'}")
     if export.returncode != 0:
         print(f"warning: CSV export failed: {errors(export)}")
+    else:
+        add_flags_column(paths.work() / "grades.csv", results)
     return results
+
+
+def add_flags_column(path, results) -> None:
+    """grades.csv as nbgrader exports it, plus a `flags` column: reasons to review a submission."""
+    by_row = {(r.assignment, r.student): "; ".join(r.flags) for r in results}
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        return
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) + ["flags"])
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({**row, "flags": by_row.get((row["assignment"], row["student_id"]), "")})
 
 
 def table(results: list) -> str:
@@ -107,7 +137,8 @@ def table(results: list) -> str:
         names = paths.notebook_names(r.assignment) if r.assignment in paths.assignments() else [r.assignment]
         for i, name in enumerate(names):
             score = "%g / %g" % r.scores[name] if name in r.scores else "not graded"
-            notes = "; ".join(r.problems) if i == 0 else ""
+            mine = [f for f in r.flags if f.startswith(name + ": ") or (i == 0 and not f.startswith(tuple(names)))]
+            notes = "; ".join((r.problems if i == 0 else []) + [f"FLAGGED {f}" for f in mine])
             rows.append((r.student, f"{r.assignment}/{name}" if name != r.assignment else name, score, notes))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths)) + ("  " + row[3] if row[3] else "")

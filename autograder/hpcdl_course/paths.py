@@ -2,10 +2,14 @@
 import os
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[2]
+# HPCDL_COURSE_ROOT names another course root: its solutions/ and course/ (and, unless HPCDL_WORK says
+# otherwise, its autograder/work). Only for the test suite, which grades test-only assignments that way
+# (tests/test_processes.py); nbgrader's configuration and this package stay the repository's (AUTOGRADER).
+ROOT = pathlib.Path(os.environ.get("HPCDL_COURSE_ROOT") or REPO).resolve()
 SOLUTIONS = ROOT / "solutions"
 COURSE = ROOT / "course"
-AUTOGRADER = ROOT / "autograder"
+AUTOGRADER = REPO / "autograder"
 
 
 def work() -> pathlib.Path:

@@ -1,7 +1,8 @@
 """Every answer fixture, graded through nbgrader into a gradebook, scores exactly as its fixture says.
 
-One grading run covers all assignments: the solution, the untouched release, each right and wrong
-answer, and a submission that kills its kernel. Scores are read back per grade cell from the gradebook.
+One grading run per assignment (in one pytest-xdist worker): the solution, the untouched release,
+each right and wrong answer, and a submission that kills its worker. Scores are read back per grade
+cell from the gradebook.
 """
 import html
 import os
@@ -13,6 +14,7 @@ from nbgrader.api import Gradebook
 
 import hpcdl
 from hpcdl_course import answers, grade, paths
+from selection import ASSIGNMENTS, grouped
 
 pytestmark = pytest.mark.slow
 CRASH = "crash"
@@ -31,25 +33,33 @@ def student(assignment, name):
     return f"{assignment}.{name}"
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("submissions")
-    for a in paths.assignments():
-        answers.write_submission(folder, student(a, "solution"), a, {})
-        answers.write_submission(folder, student(a, "release"), a, None)
-        for f in fixtures(a):
-            answers.write_submission(folder, student(a, f.name), a, f.cells)
-    first = paths.assignments()[0]
-    solution_cell = next(f for f in answers.load(first) if not f.right).cells
-    answers.write_submission(folder, CRASH, first,
-                             {cell: "import os\nos._exit(1)" for cell in solution_cell})
-    results = {(r.student, r.assignment): r for r in grade.grade_folder(folder)}
+_runs = {}
+
+
+@pytest.fixture
+def graded(request, tmp_path_factory):
+    """Grade one assignment's fixtures once (the assignment is the test's `assignment` parameter)."""
+    a = request.getfixturevalue("assignment")
+    if a not in _runs:
+        _runs[a] = _grade(a, tmp_path_factory.mktemp(f"submissions-{a}"))
+    return _runs[a]
+
+
+def _grade(a, folder):
+    answers.write_submission(folder, student(a, "solution"), a, {})
+    answers.write_submission(folder, student(a, "release"), a, None)
+    for f in fixtures(a):
+        answers.write_submission(folder, student(a, f.name), a, f.cells)
+    if a == paths.assignments()[0]:
+        solution_cells = next(f for f in answers.load(a) if not f.right).cells
+        answers.write_submission(folder, CRASH, a, {cell: "import os\nos._exit(1)" for cell in solution_cells})
+    results = {(r.student, r.assignment): r for r in grade.grade_folder(folder, [a])}
     scores = {}
     with Gradebook(f"sqlite:///{paths.work() / 'gradebook.db'}") as gb:
-        for (s, a), r in results.items():
+        for (s, a_), r in results.items():
             for name in r.scores:
-                nb = gb.find_submission_notebook(name, a, s)
-                scores[(s, a)] = {g.name: (g.score, g.max_score) for g in nb.grades}
+                nb = gb.find_submission_notebook(name, a_, s)
+                scores[(s, a_)] = {g.name: (g.score, g.max_score) for g in nb.grades}
     return results, scores
 
 
@@ -61,7 +71,7 @@ def expected_speed_failures(assignment) -> set:
     return set() if hpcdl.ON_GPU else answers.speed_cells(assignment)
 
 
-@pytest.mark.parametrize("assignment", paths.assignments())
+@pytest.mark.parametrize("assignment", [grouped(a) for a in ASSIGNMENTS])
 def test_solution_gets_every_point_a_machine_can_give(graded, assignment):
     results, scores = graded
     cells = scores[(student(assignment, "solution"), assignment)]
@@ -69,7 +79,7 @@ def test_solution_gets_every_point_a_machine_can_give(graded, assignment):
     assert failed_cells(cells) == expected_speed_failures(assignment)
 
 
-@pytest.mark.parametrize("assignment", paths.assignments())
+@pytest.mark.parametrize("assignment", [grouped(a) for a in ASSIGNMENTS])
 def test_untouched_release_gets_zero_everywhere(graded, assignment):
     _, scores = graded
     cells = scores[(student(assignment, "release"), assignment)]
@@ -77,10 +87,11 @@ def test_untouched_release_gets_zero_everywhere(graded, assignment):
 
 
 def fixture_ids():
-    return [(a, f.name) for a in paths.assignments() for f in fixtures(a)]
+    return [pytest.param(a, f.name, marks=pytest.mark.xdist_group(a), id=f"{a}-{f.name}")
+            for a in ASSIGNMENTS for f in fixtures(a)]
 
 
-@pytest.mark.parametrize("assignment, name", fixture_ids(), ids=lambda v: v)
+@pytest.mark.parametrize("assignment, name", fixture_ids())
 def test_fixture_scores_as_declared(graded, assignment, name):
     _, scores = graded
     fixture = next(f for f in answers.load(assignment) if f.name == name)
@@ -92,12 +103,16 @@ def test_fixture_scores_as_declared(graded, assignment, name):
     assert failed == expected, fixture.why
 
 
-def test_a_crashing_submission_is_reported_and_costs_only_itself(graded):
+FIRST = [grouped(a) for a in ASSIGNMENTS if a == paths.assignments()[0]]
+
+
+@pytest.mark.parametrize("assignment", FIRST)
+def test_a_crashing_submission_is_reported_and_costs_only_itself(graded, assignment):
     results, scores = graded
-    crash = results[(CRASH, paths.assignments()[0])]
-    assert not crash.scores
-    assert any("kernel died" in p for p in crash.problems), crash.problems
-    assert len(scores) == len(results) - 1
+    crash = results[(CRASH, assignment)]
+    assert [score for score, _ in crash.scores.values()] == [0.0]
+    assert any("exited with code 1" in f for f in crash.flags), crash.flags
+    assert len(scores) == len(results)
 
 
 def _autograded(assignment, name):
@@ -105,7 +120,7 @@ def _autograded(assignment, name):
     return [paths.work() / "autograded" / s / assignment / f"{n}.ipynb" for n in paths.notebook_names(assignment)]
 
 
-@pytest.mark.parametrize("assignment", paths.assignments())
+@pytest.mark.parametrize("assignment", [grouped(a) for a in ASSIGNMENTS])
 def test_grade_cells_leave_no_value_for_nbgrader_to_score(graded, assignment):
     for path in _autograded(assignment, "solution") + _autograded(assignment, "release"):
         nb = nbformat.read(path, as_version=4)
@@ -115,9 +130,9 @@ def test_grade_cells_leave_no_value_for_nbgrader_to_score(graded, assignment):
 
 
 @pytest.mark.skipif(hpcdl.ON_GPU, reason="the message for machines without a GPU")
-def test_speed_cells_say_why_they_scored_zero(graded):
-    a = paths.assignments()[0]
-    nb = nbformat.read(_autograded(a, "solution")[0], as_version=4)
+@pytest.mark.parametrize("assignment", FIRST)
+def test_speed_cells_say_why_they_scored_zero(graded, assignment):
+    nb = nbformat.read(_autograded(assignment, "solution")[0], as_version=4)
     speed = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id", "").startswith("test_speed")]
     assert speed and all("graded only on a CUDA GPU" in str(c.outputs) for c in speed)
 
@@ -131,7 +146,7 @@ def _hidden_lines(assignment, name) -> set:
     return found
 
 
-@pytest.mark.parametrize("assignment", paths.assignments())
+@pytest.mark.parametrize("assignment", [grouped(a) for a in ASSIGNMENTS])
 def test_feedback_exists_and_hides_hidden_tests(graded, assignment):
     results, _ = graded
     for who in ("solution", "release"):

@@ -18,7 +18,7 @@
 # Run the cells from the top. On a laptop (no CUDA GPU) your kernel runs in Triton's CPU interpreter:
 # it checks correctness exactly, but says nothing about speed. Speed is graded only on a GPU.
 
-# %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [locked setup]
 import hpcdl  # first: without a GPU it switches Triton to its CPU interpreter
 
 import torch
@@ -95,7 +95,7 @@ DEVICE = hpcdl.DEVICE
 # and, on a CUDA GPU only, speed: at least 90% of this card's copy bandwidth at `2**26` float32
 # elements (2).
 
-# %% nbgrader={"grade": false, "grade_id": "add_kernel", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% [answer add_kernel]
 @triton.jit
 def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
     """out[i] = x[i] + y[i] for 0 <= i < n_elements; program p handles one block of BLOCK_SIZE elements."""
@@ -109,7 +109,7 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": false, "grade_id": "vector_add", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% [answer vector_add]
 BLOCK_SIZE = 1024
 
 
@@ -137,7 +137,7 @@ def vector_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 # reported, not silent). A failure names the shape, dtype and seed; pass `seed=...` to
 # `hpcdl.check.outputs` to replay it.
 
-# %% nbgrader={"grade": false, "grade_id": "test_helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [locked test_helpers]
 def add_inputs(shape, dtype, generator):
     """Two random tensors of one shape and dtype on the course device."""
     return (hpcdl.check.random_tensor(shape, dtype, generator=generator),
@@ -149,11 +149,11 @@ def add_reference(x, y):
     return (x.double() + y.double()).to(x.dtype)
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_odd_sizes", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# %% [test test_odd_sizes 3]
 odd_sizes = [((n,), torch.float32) for n in (1, 97, 1000, 4097, 1823 * 781)] + [((5003,), torch.float16)]
 hpcdl.check.outputs(vector_add, add_reference, add_inputs, odd_sizes, kernels=[add_kernel])
 
-# %% nbgrader={"grade": true, "grade_id": "test_layouts", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% [test test_layouts 1]
 def transposed_inputs(shape, dtype, generator):
     rows, cols = shape
     return tuple(t.t() for t in add_inputs((cols, rows), dtype, generator))
@@ -170,7 +170,7 @@ hpcdl.check.outputs(vector_add, add_reference, transposed_inputs, [((129, 31), t
 hpcdl.check.outputs(vector_add, add_reference, strided_inputs, [((1001,), torch.float32)],
                     kernels=[add_kernel], name="vector_add (strided slices)")
 
-# %% nbgrader={"grade": true, "grade_id": "test_errors", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% [test test_errors 1]
 a = torch.rand(10, device=DEVICE)
 hpcdl.check.raises(vector_add, (a, torch.rand(11, device=DEVICE)), ValueError, because="for shapes (10,) and (11,)")
 hpcdl.check.raises(vector_add, (a, torch.rand(10, device=DEVICE).half()), ValueError,
@@ -178,10 +178,10 @@ hpcdl.check.raises(vector_add, (a, torch.rand(10, device=DEVICE).half()), ValueE
 if hpcdl.ON_GPU:
     hpcdl.check.raises(vector_add, (a, torch.rand(10)), ValueError, because="for cuda and cpu tensors")
 
-# %% nbgrader={"grade": true, "grade_id": "test_kernel_used", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% [test test_kernel_used 2]
 hpcdl.check.kernel_used(vector_add, add_kernel, add_inputs, add_reference, (4099,), torch.float32)
 
-# %% nbgrader={"grade": true, "grade_id": "test_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% [test test_hidden 2]
 # Hidden tests: more sizes, shapes and dtypes. They run when your notebook is graded.
 ### BEGIN HIDDEN TESTS
 hidden_cases = [((n,), dtype) for n in (2, 255, 257, 65537, 2**20 + 3) for dtype in hpcdl.check.FLOAT_DTYPES]
@@ -227,7 +227,7 @@ hpcdl.plots.plot_bandwidth(sizes, sweep, ceiling_gbps=ceilings.bandwidth / 1e9, 
 # this card's copy bandwidth, measured just before, in the same process. Without a CUDA GPU this cell
 # fails with a message saying so and scores 0: no speed point is ever given without a GPU measurement.
 
-# %% nbgrader={"grade": true, "grade_id": "test_speed", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% [test test_speed 2]
 def speed_inputs(n=2**26):
     return add_inputs((n,), torch.float32, hpcdl.check.generator(hpcdl.check.new_seed()))
 

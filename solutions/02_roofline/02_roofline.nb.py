@@ -21,7 +21,7 @@
 # Triton's interpreter, so the roofline you draw there is the CPU's own. The notebook is worth 12 points,
 # and every one of them can be earned on any machine: nothing here is a speed test.
 
-# %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [locked setup]
 import hpcdl  # first: without a GPU it switches Triton to its CPU interpreter
 
 import math
@@ -90,7 +90,7 @@ import torch
 #   within 0.001%, because its answer lies within 0.1% of a round number. The visible tests only check that
 #   each is a positive number; hidden tests check the values when your notebook is graded.
 
-# %% nbgrader={"grade": false, "grade_id": "intensities", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% [answer intensities]
 # Set VECTOR_ADD_FP32, MATMUL_FP32_4096, MATMUL_BF16_4096, SOFTMAX_ROW_FP32 and GEMV_FP16_8192 (FLOP/byte).
 ### BEGIN SOLUTION
 VECTOR_ADD_FP32 = 1 / (4 + 4 + 4)                             # 1 add; read x and y, write out
@@ -117,7 +117,7 @@ GEMV_FP16_8192 = 2 * 8192**2 / (2 * (8192**2 + 8192 + 8192))  # 2MNK with N = 1;
 # **Graded** (4 points): known values on both sides of the ridge and at it, and the errors (2); hidden
 # tests with random ceilings, drawn afresh at every run, and more edge cases (2).
 
-# %% nbgrader={"grade": false, "grade_id": "attainable_flops", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% [answer attainable_flops]
 def attainable_flops(intensity: float, peak_flops: float, peak_bandwidth: float) -> float:
     """The roofline: the most FLOP/s a kernel of this intensity can reach under these two ceilings."""
     ### BEGIN SOLUTION
@@ -142,7 +142,7 @@ def attainable_flops(intensity: float, peak_flops: float, peak_bandwidth: float)
 #
 # **Graded** (2 points): known cases, the ridge point included (1); hidden tests with random ceilings (1).
 
-# %% nbgrader={"grade": false, "grade_id": "classify", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% [answer classify]
 def classify(intensity: float, peak_flops: float, peak_bandwidth: float) -> str:
     """'memory-bound' left of the ridge point peak_flops / peak_bandwidth, 'compute-bound' from it on."""
     ### BEGIN SOLUTION
@@ -159,7 +159,7 @@ def classify(intensity: float, peak_flops: float, peak_bandwidth: float) -> str:
 # dtype's P, and fp32's where that dtype was not measured. `KERNEL_DTYPES` says whose roof applies to each
 # computation of Exercise 1.
 
-# %% nbgrader={"grade": false, "grade_id": "ceilings", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [locked ceilings]
 ceilings = hpcdl.ceilings.get()
 print(ceilings)
 
@@ -185,7 +185,7 @@ for dtype in ("fp32", "bf16", "fp16"):
 # **Graded** (1 point): a hidden test compares each verdict with the one from the correct intensities and
 # this device's ceilings.
 
-# %% nbgrader={"grade": false, "grade_id": "bound_here", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% [answer bound_here]
 # BOUND_HERE = {name: "memory-bound" or "compute-bound", for each name in KERNEL_DTYPES}
 ### BEGIN SOLUTION
 my_intensities = {"VECTOR_ADD_FP32": VECTOR_ADD_FP32, "MATMUL_FP32_4096": MATMUL_FP32_4096,
@@ -203,81 +203,57 @@ print(BOUND_HERE)
 # check that each answer is a positive number: its value is checked by a hidden test when your notebook
 # is graded.
 
-# %% nbgrader={"grade": false, "grade_id": "test_helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [locked test_helpers]
 P, B = 1.0e15, 4.0e12  # example ceilings: 1 PFLOP/s and 4 TB/s, so the ridge point is at exactly 250 FLOP/byte
 
 
 def answer(name):
     """The value of the name you set in a solution cell; a clear failure if it is not set yet."""
-    if name not in globals():
-        raise hpcdl.CheckFailed(f"{name} is not defined: run your solution cell first")
+    hpcdl.check.defined(name, globals())
     return globals()[name]
 
 
-def show_call(fn, args):
-    return f"{fn.__name__}({', '.join(f'{a:g}' for a in args)})"
-
-
-def check_value(fn, args, expected):
-    """fn(*args) must return a number within a relative 1e-9 of expected."""
-    got = fn(*args)
-    hpcdl.check.number(got, name=show_call(fn, args), positive=False)
-    if not math.isclose(float(got), expected, rel_tol=1e-9):
-        raise hpcdl.CheckFailed(f"{show_call(fn, args)} returned {float(got):.6g}, expected {expected:.6g}")
-    print(f"{show_call(fn, args)} = {float(got):.6g}")
-
-
-def check_label(fn, args, expected):
-    """fn(*args) must return the string expected."""
-    got = fn(*args)
-    if got != expected:
-        raise hpcdl.CheckFailed(f"{show_call(fn, args)} returned {got!r}, expected {expected!r}")
-    print(f"{show_call(fn, args)} = {got!r}")
-
-
-# %% nbgrader={"grade": true, "grade_id": "test_vector_add_fp32", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% [test test_vector_add_fp32 1]
 hpcdl.check.number(answer("VECTOR_ADD_FP32"), name="VECTOR_ADD_FP32")
 ### BEGIN HIDDEN TESTS
 hpcdl.check.close_to(answer("VECTOR_ADD_FP32"), 1 / 12, name="VECTOR_ADD_FP32", rel=1e-3, hidden=True)
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_matmul_fp32_4096", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% [test test_matmul_fp32_4096 1]
 hpcdl.check.number(answer("MATMUL_FP32_4096"), name="MATMUL_FP32_4096")
 ### BEGIN HIDDEN TESTS
 hpcdl.check.close_to(answer("MATMUL_FP32_4096"), 4096 / 6, name="MATMUL_FP32_4096", rel=1e-3, hidden=True)
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_matmul_bf16_4096", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% [test test_matmul_bf16_4096 1]
 hpcdl.check.number(answer("MATMUL_BF16_4096"), name="MATMUL_BF16_4096")
 ### BEGIN HIDDEN TESTS
 hpcdl.check.close_to(answer("MATMUL_BF16_4096"), 4096 / 3, name="MATMUL_BF16_4096", rel=1e-3, hidden=True)
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_softmax_row_fp32", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% [test test_softmax_row_fp32 1]
 hpcdl.check.number(answer("SOFTMAX_ROW_FP32"), name="SOFTMAX_ROW_FP32")
 ### BEGIN HIDDEN TESTS
 hpcdl.check.close_to(answer("SOFTMAX_ROW_FP32"), 5 / 8, name="SOFTMAX_ROW_FP32", rel=1e-3, hidden=True)
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_gemv_fp16_8192", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% [test test_gemv_fp16_8192 1]
 hpcdl.check.number(answer("GEMV_FP16_8192"), name="GEMV_FP16_8192")
 ### BEGIN HIDDEN TESTS
-gemv = float(answer("GEMV_FP16_8192"))
-if not math.isclose(gemv, 8192 / 8194, rel_tol=1e-5):
-    raise hpcdl.CheckFailed(f"GEMV_FP16_8192 = {gemv:.6g} is not within 0.001% of the expected answer")
+hpcdl.check.close_to(answer("GEMV_FP16_8192"), 8192 / 8194, name="GEMV_FP16_8192", rel=1e-5, hidden=True)
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_attainable", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-check_value(attainable_flops, (0.5, P, B), 2.0e12)      # memory-bound: I * B
-check_value(attainable_flops, (100.0, P, B), 4.0e14)
-check_value(attainable_flops, (250.0, P, B), 1.0e15)    # the ridge point: both roofs meet
-check_value(attainable_flops, (1000.0, P, B), 1.0e15)   # compute-bound: P
-check_value(attainable_flops, (1.0e6, P, B), 1.0e15)
+# %% [test test_attainable 2]
+hpcdl.check.value(attainable_flops, (0.5, P, B), 2.0e12)      # memory-bound: I * B
+hpcdl.check.value(attainable_flops, (100.0, P, B), 4.0e14)
+hpcdl.check.value(attainable_flops, (250.0, P, B), 1.0e15)    # the ridge point: both roofs meet
+hpcdl.check.value(attainable_flops, (1000.0, P, B), 1.0e15)   # compute-bound: P
+hpcdl.check.value(attainable_flops, (1.0e6, P, B), 1.0e15)
 hpcdl.check.raises(attainable_flops, (-1.0, P, B), ValueError, because="for intensity -1")
 hpcdl.check.raises(attainable_flops, (10.0, 0.0, B), ValueError, because="for peak_flops 0")
 hpcdl.check.raises(attainable_flops, (10.0, P, -B), ValueError, because="for a negative peak_bandwidth")
 
-# %% nbgrader={"grade": true, "grade_id": "test_attainable_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% [test test_attainable_hidden 2]
 # Hidden tests: random ceilings, drawn afresh at every run, and more edge cases. They run when your notebook is graded.
 ### BEGIN HIDDEN TESTS
 def hidden_attainable_cases(rng, count=300):
@@ -290,29 +266,21 @@ def hidden_attainable_cases(rng, count=300):
 
 
 hidden_cases = hidden_attainable_cases(random.Random(hpcdl.check.new_seed()))
-for index, (intensity, peak, bandwidth) in enumerate(hidden_cases):
-    try:
-        got = attainable_flops(intensity, peak, bandwidth)
-    except Exception as e:
-        raise hpcdl.CheckFailed(f"attainable_flops: hidden check {index + 1} of {len(hidden_cases)} raised "
-                                f"{type(e).__name__}: {e}") from None
-    hpcdl.check.number(got, name="attainable_flops", positive=False)
-    if not math.isclose(float(got), min(peak, intensity * bandwidth), rel_tol=1e-9):
-        raise hpcdl.CheckFailed(f"attainable_flops: hidden check {index + 1} of {len(hidden_cases)} "
-                                f"(random ceilings) returned a wrong value")
+for intensity, peak, bandwidth in hidden_cases:
+    hpcdl.check.value(attainable_flops, (intensity, peak, bandwidth), min(peak, intensity * bandwidth), hidden=True)
 hpcdl.check.raises(attainable_flops, (1.0, 1.0e12, 0.0), ValueError, because="for peak_bandwidth 0")
 hpcdl.check.raises(attainable_flops, (1.0, -1.0e12, 1.0e9), ValueError, because="for a negative peak_flops")
 hpcdl.check.raises(attainable_flops, (-1e-9, 1.0e12, 1.0e9), ValueError, because="for intensity -1e-9")
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_classify", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% [test test_classify 1]
 classify_cases = [(0.0, "memory-bound"), (1.0, "memory-bound"), (249.9, "memory-bound"),
                   (250.0, "compute-bound"),  # the ridge point itself
                   (1000.0, "compute-bound")]
 for intensity, verdict in classify_cases:
-    check_label(classify, (intensity, P, B), verdict)
+    hpcdl.check.label(classify, (intensity, P, B), verdict)
 
-# %% nbgrader={"grade": true, "grade_id": "test_classify_hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% [test test_classify_hidden 1]
 # Hidden tests: random ceilings, drawn afresh at every run. They run when your notebook is graded.
 ### BEGIN HIDDEN TESTS
 def hidden_classify_cases(rng, count=300):
@@ -327,18 +295,11 @@ def hidden_classify_cases(rng, count=300):
 
 
 hidden_cases = hidden_classify_cases(random.Random(hpcdl.check.new_seed()))
-for index, (intensity, peak, bandwidth, expected) in enumerate(hidden_cases):
-    try:
-        got = classify(intensity, peak, bandwidth)
-    except Exception as e:
-        raise hpcdl.CheckFailed(f"classify: hidden check {index + 1} of {len(hidden_cases)} raised "
-                                f"{type(e).__name__}: {e}") from None
-    if not (isinstance(got, str) and got == expected):
-        raise hpcdl.CheckFailed(f"classify: hidden check {index + 1} of {len(hidden_cases)} (random ceilings) "
-                                f"returned a wrong label")
+for intensity, peak, bandwidth, expected in hidden_cases:
+    hpcdl.check.label(classify, (intensity, peak, bandwidth), expected, hidden=True)
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_bound_here", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% [test test_bound_here 1]
 bound_here = answer("BOUND_HERE")
 if not isinstance(bound_here, dict) or set(bound_here) != set(KERNEL_DTYPES):
     raise hpcdl.CheckFailed(f"BOUND_HERE must be a dict whose keys are exactly {sorted(KERNEL_DTYPES)}")

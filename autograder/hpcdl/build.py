@@ -1,0 +1,266 @@
+"""Build learner C++ in a child process, cached by its source: PyTorch extensions and MPI programs.
+
+A compiler that crashes or hangs stops the child, never the notebook. Builds are kept in a folder
+named by a hash of everything that decides the result (source, flags, torch and Python versions),
+so running a cell again rebuilds only when the source changed. A compile error raises CompileError
+showing the compiler's first errors against the learner's own line numbers.
+
+    ext = hpcdl.build.extension("int4", INT4_CPP, functions=["pack", "unpack"])
+    ext.pack(w)                        # loaded in this process
+    ext.isolated("pack")(w)            # in a fresh process: a segfault fails this call only
+    prog = hpcdl.build.mpi_program("ring", RING_CPP)   # then hpcdl.ranks.mpi(prog, 3)
+"""
+import hashlib
+import importlib.util
+import json
+import os
+import pathlib
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from . import processes
+from .check import CheckFailed
+from .isolation import IsolatedFailure
+
+BUILD_TIMEOUT = 600  # s; a first extension build takes about 40 s on two CPU cores
+
+
+class BuildFailed(CheckFailed):
+    """The build did not produce a program: a timeout, a missing tool, a crash of the toolchain."""
+
+
+class CompileError(BuildFailed):
+    """The compiler rejected the source; the message holds its first errors."""
+
+
+def cache_root() -> pathlib.Path:
+    root = os.environ.get("HPCDL_CACHE_DIR") or pathlib.Path.home() / ".cache" / "hpcdl"
+    return pathlib.Path(root) / "builds"
+
+
+def _digest(name: str, *key) -> str:
+    return hashlib.sha256(json.dumps([name, *key], sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _up_to_date(done: pathlib.Path, digest: str) -> bool:
+    """The folder holds a finished build of exactly this source (`done` is written last)."""
+    try:
+        return done.read_text() == digest
+    except OSError:
+        return False
+
+
+def _identifier(name: str, what: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ValueError(f"{what} {name!r} must be a C++ identifier (letters, digits, _)")
+    return name
+
+
+# --- compiler messages -------------------------------------------------------------------------
+
+_DIAGNOSTIC = re.compile(r"^(?P<where>[^\s:][^:]*:\d+(?::\d+)?): (?P<kind>fatal error|error): ")
+_SNIPPET = re.compile(r"^\s*\d*\s*\|")  # gcc and clang quote the line, then a caret line, after "|"
+_LINKER = re.compile(r"undefined reference to|undefined symbol:|ld returned \d+ exit status|cannot find -l")
+
+
+def _demangled(line: str) -> str:
+    symbol = re.search(r"undefined symbol: (_Z\w+)", line)
+    tool = shutil.which("c++filt")
+    if not symbol or not tool:
+        return line
+    plain = subprocess.run([tool, symbol.group(1)], capture_output=True, text=True, timeout=10).stdout.strip()
+    return f"{line} ({plain})" if plain else line
+
+
+def compiler_errors(log: str, *, folder=None, max_errors: int = 3) -> str:
+    """The first `max_errors` errors of a build log, each with its quoted source line, without the
+    build tool's command lines; the log's last lines when no error line is found."""
+    if folder is not None:
+        log = log.replace(f"{folder}{os.sep}", "")
+    lines = log.splitlines()
+    picked, errors, total = [], 0, 0
+    for i, line in enumerate(lines):
+        if _DIAGNOSTIC.match(line) or _LINKER.search(line):
+            total += 1
+            if errors == max_errors:
+                continue
+            errors += 1
+            if i and lines[i - 1].rstrip().endswith(":") and ": In " in lines[i - 1]:
+                picked.append(lines[i - 1])  # "x.cpp: In function 'f':" names where the error is
+            picked.append(_demangled(line))
+            for follow in lines[i + 1:i + 6]:
+                if not _SNIPPET.match(follow):
+                    break
+                picked.append(follow)
+    if not picked:
+        return processes.tail(log)
+    more = total - errors
+    return "\n".join(picked) + (f"\n... and {more} more error line{'s' * (more > 1)}" if more else "")
+
+
+# --- PyTorch C++ extensions --------------------------------------------------------------------
+
+_BUILD_EXTENSION = textwrap.dedent("""
+    import json, sys
+    from torch.utils import cpp_extension
+    spec = json.load(open(sys.argv[1]))
+    cpp_extension.load(name=spec["name"], sources=[spec["source"]], build_directory=spec["folder"],
+                       extra_cflags=spec["cflags"], extra_ldflags=spec["ldflags"], verbose=True)
+    open(spec["done"], "w").write(spec["digest"])
+""")
+
+_CALL_EXTENSION = textwrap.dedent("""
+    import importlib.util, pickle, sys
+    import torch
+    so, name, function, args_file, result_file = sys.argv[1:]
+    spec = importlib.util.spec_from_file_location(name, so)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with open(args_file, "rb") as f:
+        args, kwargs = pickle.load(f)
+    torch.save(getattr(module, function)(*args, **kwargs), result_file)
+""")
+
+
+BINDINGS_FILE = "hpcdl_bindings.cpp"
+
+
+def _bindings(name: str, functions: dict) -> str:
+    # The learner's file is included unchanged, so compiler messages quote its lines with its numbers.
+    defs = "\n".join(f'  m.def("{f}", &{f}, {json.dumps(doc)});' for f, doc in functions.items())
+    return (f'#include <torch/extension.h>\n#include "{name}.cpp"\n\n'
+            f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{defs}\n}}\n")
+
+
+def _load(name: str, so: pathlib.Path):
+    spec = importlib.util.spec_from_file_location(name, so)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class Extension:
+    """A built extension. Its functions are its attributes (`ext.pack(w)`), loaded into this process
+    on first use; `isolated(name)` calls one in a fresh process instead."""
+
+    name: str
+    path: pathlib.Path  # the .so
+    functions: tuple
+    _module: object = field(default=None, repr=False)
+
+    @property
+    def module(self):
+        if self._module is None:
+            self._module = _load(self.name, self.path)
+        return self._module
+
+    def __getattr__(self, attr):
+        if attr.startswith("_") or attr not in self.functions:
+            raise AttributeError(f"extension {self.name!r} has no function {attr!r}; it has {list(self.functions)}")
+        return getattr(self.module, attr)
+
+    def isolated(self, function: str, *, timeout: float = 300):
+        """A callable that runs `function` in a fresh process, where a crash or a hang of the C++
+        code fails only that call (IsolatedFailure). Arguments go by pickle, the result comes back
+        through torch.save: tensors, numbers and containers of them."""
+        if function not in self.functions:
+            raise AttributeError(f"extension {self.name!r} has no function {function!r}")
+
+        def call(*args, **kwargs):
+            return _call_in_child(self, function, args, kwargs, timeout)
+
+        call.__name__ = call.__qualname__ = function
+        return call
+
+
+def _call_in_child(ext: Extension, function: str, args, kwargs, timeout: float):
+    what = f"{ext.name}.{function}()"
+    with tempfile.TemporaryDirectory(prefix="hpcdl-call-") as tmp:
+        tmp = pathlib.Path(tmp)
+        with open(tmp / "args.pkl", "wb") as f:
+            pickle.dump((args, kwargs), f)
+        command = [sys.executable, "-c", _CALL_EXTENSION, ext.path, ext.name, function, tmp / "args.pkl",
+                   tmp / "result.pt"]
+        try:
+            code, output = processes.run(command, timeout=timeout, log=tmp / "output.log")
+        except processes.Timeout:
+            raise IsolatedFailure(f"{what} did not finish within {timeout:g} s and was stopped "
+                                  f"(an endless loop?).") from None
+        if code != 0:
+            last = processes.tail(output)
+            raise IsolatedFailure(f"{what} {processes.exit_reason(code)}." + (f"\n{last}" if last else ""))
+        return processes.load_result(tmp / "result.pt")
+
+
+def extension(name: str, cpp_source: str, *, functions, extra_cflags=("-O2",), extra_ldflags=(),
+              timeout: float = BUILD_TIMEOUT) -> Extension:
+    """Build `cpp_source` as a PyTorch extension named `name` whose Python functions are `functions`
+    (names of C++ functions in the source, or {name: docstring}). Do not write PYBIND11_MODULE: the
+    bindings are added here. Built once per source in a child process; returns an Extension."""
+    _identifier(name, "extension name")
+    functions = dict.fromkeys(functions, "") if not isinstance(functions, dict) else dict(functions)
+    for f in functions:
+        _identifier(f, "function name")
+    cflags, ldflags = list(extra_cflags), list(extra_ldflags)
+    digest = _digest(name, "torch-extension", cpp_source, sorted(functions.items()), cflags, ldflags,
+                     torch.__version__, sys.version)
+    folder = cache_root() / f"{name}-{digest}"
+    so, done = folder / f"{name}.so", folder / "built"
+    if not _up_to_date(done, digest):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{name}.cpp").write_text(cpp_source)
+        (folder / BINDINGS_FILE).write_text(_bindings(name, functions))
+        spec = {"name": name, "source": str(folder / BINDINGS_FILE), "folder": str(folder), "cflags": cflags,
+                "ldflags": ldflags, "done": str(done), "digest": digest}
+        (folder / "spec.json").write_text(json.dumps(spec))
+        _build(f"the C++ extension {name!r}", [sys.executable, "-c", _BUILD_EXTENSION, folder / "spec.json"],
+               folder, timeout)
+    return Extension(name, so, tuple(functions))
+
+
+def _build(what: str, command, folder: pathlib.Path, timeout: float) -> None:
+    log = folder / "build.log"
+    start = time.perf_counter()
+    try:
+        code, output = processes.run(command, timeout=timeout, log=log, cwd=folder)
+    except processes.Timeout:
+        # torch's lock file would make the next build of this folder wait for the killed one forever.
+        (folder / "lock").unlink(missing_ok=True)
+        raise BuildFailed(f"building {what} did not finish within {timeout:g} s and was stopped (its log: "
+                          f"{log}).") from None
+    except FileNotFoundError as e:
+        raise BuildFailed(f"building {what}: {e}") from None
+    if code != 0:
+        raise CompileError(f"building {what} failed:\n{compiler_errors(output, folder=folder)}")
+    print(f"built {what} in {time.perf_counter() - start:.0f} s")
+
+
+# --- MPI programs ------------------------------------------------------------------------------
+
+def mpi_program(name: str, cpp_source: str, *, flags=("-O2", "-std=c++17"), timeout: float = 300) -> pathlib.Path:
+    """Compile a C++ MPI program with the course environment's `mpicxx` (once per source, in a child
+    process); returns the path of the executable, to run with hpcdl.ranks.mpi."""
+    _identifier(name, "program name")
+    mpicxx = processes.find_program("mpicxx")
+    if mpicxx is None:
+        raise BuildFailed("no `mpicxx` next to this Python or on PATH: install the course environment "
+                          "(its `mpich` package provides MPI's compiler wrapper).")
+    digest = _digest(name, "mpi-program", cpp_source, list(flags), os.path.realpath(mpicxx))
+    folder = cache_root() / f"{name}-{digest}"
+    binary, done = folder / name, folder / "built"
+    if not _up_to_date(done, digest):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{name}.cpp").write_text(cpp_source)
+        _build(f"the MPI program {name!r}", [mpicxx, *flags, "-o", name, f"{name}.cpp"], folder, timeout)
+        done.write_text(digest)
+    return binary

@@ -1,0 +1,258 @@
+"""The checker's side of grading: a worker process that runs the learner's code, and proxies for
+what that code defined.
+
+The checker runs the test cells with these proxies in place of the learner's functions, kernels
+and objects. Calling a proxy sends the arguments to the worker (worker.py) and returns what came
+back, decoded without running any of the worker's code (wire.py). A crash or hang of the worker
+fails the check that was waiting for it, and the next request starts a fresh worker.
+"""
+import builtins
+import os
+import signal
+import subprocess
+import threading
+
+from . import wire
+from .check import CheckFailed
+from .device import DEVICE
+from .guard import OutOfBounds
+
+OUTPUT_LIMIT = 64 << 10  # bytes of the learner's printed output kept for the instructor
+MAX_STARTS = 4
+
+
+class WorkerFailed(CheckFailed):
+    """The worker died, hung or broke the protocol while running the learner's code."""
+
+
+class RemoteError(Exception):
+    """An exception raised by the learner's code in the worker; subclasses carry its type's name."""
+
+
+def _describe_exit(code) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name} ({signal.strsignal(-code)})"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _exception(reply: dict) -> Exception:
+    name, message = str(reply.get("error", "Exception")), str(reply.get("message", ""))
+    if name == "OutOfBounds":
+        e = OutOfBounds(message)
+        e.hint = reply.get("hint", "")
+        return e
+    cls = getattr(builtins, name, None)
+    if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, (OSError, UnicodeError)):
+        return cls(message)
+    safe = "".join(c for c in name if c.isalnum() or c == "_")[:60] or "Exception"
+    return type(safe, (RemoteError,), {})(message)
+
+
+class WorkerProcess:
+    """One worker process at a time; `command` starts it (inside the sandbox when grading)."""
+
+    def __init__(self, command: list, env: dict | None = None, timeout: float = 600, on_start=None,
+                 preexec_fn=None):
+        self.command, self.env, self.timeout, self.on_start = command, env, timeout, on_start
+        self.preexec_fn = preexec_fn
+        self.proc = None
+        self.output = bytearray()
+        self.output_dropped = 0
+        self.events = []  # what went wrong with workers, for the instructor
+        self.starts, self.broken = 0, None
+
+    # -- process ------------------------------------------------------------------------------------
+    def start(self):
+        """Start a worker. One that could not get through its start (the answer cells hung or killed
+        it) is not started again: every later request fails at once with the first failure."""
+        if self.broken:
+            raise WorkerFailed(self.broken)
+        if self.starts >= MAX_STARTS:
+            self.broken = f"the process running your code failed {self.starts} times; not started again"
+            raise WorkerFailed(self.broken)
+        self.starts += 1
+        self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=self.env, start_new_session=True,
+                                     preexec_fn=self.preexec_fn)
+        threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True).start()
+        if self.on_start:
+            try:
+                self.on_start(self)
+            except WorkerFailed as e:
+                self.broken = str(e)
+                raise
+
+    def _drain(self, stream):
+        while chunk := stream.read(1 << 16):
+            room = OUTPUT_LIMIT - len(self.output)
+            self.output += chunk[:max(room, 0)]
+            self.output_dropped += max(len(chunk) - max(room, 0), 0)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self):
+        if self.proc is None:
+            return
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self.proc = None
+
+    def kill(self):
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.kill()
+        self.proc.wait()
+
+    # -- requests -----------------------------------------------------------------------------------
+    def request(self, message: dict, *, what: str, timeout: float | None = None) -> dict:
+        """Send one request and wait for its reply; raise the learner's exception if it raised."""
+        if not self.alive():
+            self.start()
+        timeout = timeout or self.timeout
+        timed_out = threading.Event()
+
+        def expire():
+            timed_out.set()
+            self.kill()
+
+        timer = threading.Timer(timeout, expire)
+        timer.start()
+        try:
+            wire.send(self.proc.stdin, message, _handle_ref)
+            reply = wire.receive(self.proc.stdout, DEVICE, handle_to=lambda ref: RemoteObject(self, ref))
+        except (EOFError, BrokenPipeError, OSError, wire.ProtocolError) as e:
+            proc = self.proc
+            code = proc.wait() if proc is not None else None
+            self.proc = None
+            if timed_out.is_set():
+                problem = (f"{what} did not finish within {timeout:g} s (a hang, a deadlock or a very slow kernel?); "
+                           f"its process was stopped")
+            elif isinstance(e, wire.ProtocolError):
+                self.kill()
+                problem = f"{what}: the worker sent a malformed reply ({e})"
+            else:
+                problem = f"the process running your code {_describe_exit(code)} during {what}"
+            self.events.append(problem)
+            raise WorkerFailed(problem) from None
+        finally:
+            timer.cancel()
+        if not reply.get("ok"):
+            raise _exception(reply)
+        return reply
+
+    def processes(self) -> list:
+        """The worker and every process it started (in the sandbox, orphans stay its descendants)."""
+        children = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                children.setdefault(ppid, []).append(int(entry))
+        found, todo = [], [self.proc.pid] if self.alive() else []
+        while todo:
+            pid = todo.pop()
+            found.append(pid)
+            todo += children.get(pid, [])
+        return found
+
+    def pause(self) -> list:
+        """Stop every process of the worker (so it cannot load the GPU while the checker measures)."""
+        paused = self.processes()
+        for pid in paused:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except OSError:
+                pass
+        return paused
+
+    def resume(self, paused: list) -> None:
+        for pid in paused:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+
+    def printed(self) -> str:
+        text = self.output.decode(errors="replace")
+        if self.output_dropped:
+            text += f"\n[... {self.output_dropped} more bytes of output dropped]"
+        return text
+
+
+class RemoteCallable:
+    """A function, class or callable object defined by the learner's code, living in the worker."""
+
+    def __init__(self, worker: WorkerProcess, name: str | None = None, handle: int | None = None,
+                 label: str | None = None, attr: str | None = None):
+        self._worker, self._name, self._handle, self._attr = worker, name, handle, attr
+        self.__name__ = label or name or "object"
+
+    def _target(self) -> dict:
+        t = {"name": self._name} if self._handle is None else {"handle": self._handle}
+        return {**t, "attr": self._attr} if self._attr else t
+
+    def __call__(self, *args, **kwargs):
+        reply = self._worker.request({"op": "call", **self._target(), "args": list(args), "kwargs": kwargs},
+                                     what=f"{self.__name__}()")
+        return reply["result"]
+
+    def hpcdl_invoke(self, args, kernels=(), *, skip=False):
+        """check.invoke's steps, run in the worker: poisoned allocations, watched kernels."""
+        names = [k.__name__ for k in kernels]
+        reply = self._worker.request({"op": "call", **self._target(), "args": list(args), "checked": True,
+                                      "kernels": names, "skip": skip}, what=f"{self.__name__}()")
+        launches = reply.get("launches") or {}
+        counts = {n: int(launches.get(n, 0)) if isinstance(launches, dict) else 0 for n in names}
+        modified = [int(i) for i in reply.get("modified") or [] if isinstance(i, int)]
+        return reply["result"], counts, modified
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        reply = self._worker.request({"op": "get", **self._target(), "attr": attr},
+                                     what=f"{self.__name__}.{attr}")
+        return reply["result"]
+
+    def __repr__(self):
+        return f"<{self.__name__} in the grading worker>"
+
+
+class RemoteObject(RemoteCallable):
+    """An object the learner's code returned or defined that cannot travel as plain data."""
+
+    def __init__(self, worker, ref):
+        super().__init__(worker, handle=ref, label="object")
+
+
+class RemoteKernel:
+    """A Triton kernel in the worker: checks name it to have its launches watched there."""
+
+    def __init__(self, name: str):
+        self.__name__ = name
+
+    def __repr__(self):
+        return f"<Triton kernel {self.__name__} in the grading worker>"
+
+
+def _handle_ref(obj) -> int:
+    """What a proxy becomes when it is sent back to the worker as an argument."""
+    if isinstance(obj, RemoteCallable) and obj._handle is not None and not obj._attr:
+        return obj._handle
+    raise TypeError(f"{obj!r} cannot be sent to the worker")

@@ -1,0 +1,164 @@
+"""The grading worker: runs a learner's answer cells in a sandbox and answers the checker's requests.
+
+At grading time (`make grade`) the answer cells never run beside the tests. This process runs
+them, alone, and the trusted checker process calls what they defined over a pipe (wire.py):
+it sends inputs, gets outputs back, and judges them itself. Nothing here decides a grade; code
+in this process may be hostile, so the checker trusts only what it can verify.
+
+Run as `python -m hpcdl.worker`: requests arrive on stdin and replies leave on stdout; the
+learner's own prints go to stderr, which the checker keeps (up to a limit) for the instructor.
+"""
+import os
+import sys
+import traceback
+
+
+def _protocol_streams():
+    """Keep the pipe to the checker for ourselves; the learner's prints go to stderr."""
+    requests = os.fdopen(os.dup(0), "rb", buffering=0)
+    replies = os.fdopen(os.dup(1), "wb")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return requests, replies
+
+
+class Worker:
+    def __init__(self):
+        import torch
+
+        from . import check, device, launches, wire
+
+        self.torch, self.check, self.launches, self.wire = torch, check, launches, wire
+        self.device = device.DEVICE
+        self.namespace = {"__name__": "__main__"}
+        self.objects = {}  # ref -> object kept here for the checker
+        self.sets, self.outputs = [], []
+
+    # -- values that travel -------------------------------------------------------------------------
+    def handle_of(self, obj) -> int:
+        ref = id(obj)
+        self.objects[ref] = obj
+        return ref
+
+    def handle_to(self, ref: int):
+        if ref not in self.objects:
+            raise KeyError(f"no object {ref} in the worker")
+        return self.objects[ref]
+
+    def target(self, request):
+        """The object a request names: a global of the notebook or a handle."""
+        if "handle" in request:
+            return self.handle_to(request["handle"])
+        return self.namespace[request["name"]]
+
+    def describe(self, obj):
+        """How the checker should see an answer name."""
+        if hasattr(obj, "run") and hasattr(obj, "arg_names"):
+            return {"kind": "kernel"}
+        if isinstance(obj, type(sys)):
+            return {"kind": "module"}
+        if callable(obj):
+            return {"kind": "callable"}
+        try:
+            self.wire.encode({"v": obj})
+            return {"kind": "value", "value": obj}
+        except TypeError:
+            return {"kind": "object", "value": self.wire.Handle(self.handle_of(obj))}
+
+    # -- requests -----------------------------------------------------------------------------------
+    def run_cells(self, cells):
+        """Run the notebook's code cells in order; report what each answer cell defined."""
+        errors, names = {}, {}
+        for cell in cells:
+            before = dict(self.namespace)
+            try:
+                exec(compile(cell["source"], f"<cell {cell['id']}>", "exec"), self.namespace)
+            except BaseException as e:  # a learner's cell may raise anything, SystemExit included
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                errors[cell["id"]] = f"{type(e).__name__}: {str(e)[:300]}"
+            if cell["answer"]:
+                for name, obj in self.namespace.items():
+                    if not name.startswith("__") and (name not in before or before[name] is not obj):
+                        names[name] = cell["id"]
+        return {"errors": errors,
+                "names": {n: {**self.describe(self.namespace[n]), "cell": c} for n, c in names.items()
+                          if n in self.namespace}}
+
+    def kernels_named(self, names):
+        found = []
+        for n in names:
+            k = self.namespace.get(n)
+            if not (hasattr(k, "run") and hasattr(k, "arg_names")):
+                raise LookupError(f"{n} is not a Triton kernel here")
+            found.append(k)
+        return found
+
+    def call(self, request):
+        fn = self.target(request)
+        if request.get("attr"):
+            fn = getattr(fn, request["attr"])
+        args, kwargs = request.get("args", ()), request.get("kwargs", {})
+        if not request.get("checked"):
+            return {"result": fn(*args, **kwargs)}
+        result, launches, modified = self.check.invoke(
+            (lambda *a: fn(*a, **kwargs)), args, self.kernels_named(request.get("kernels", [])),
+            skip=request.get("skip", False))
+        return {"result": result, "launches": launches, "modified": modified}
+
+    def get(self, request):
+        return {"result": getattr(self.target(request), request["attr"])}
+
+    def load_sets(self, request):
+        self.sets, self.outputs = list(request["sets"]), []
+        self.synchronize()
+        return {}
+
+    def run_timed(self, request):
+        fn = self.target(request)
+        self.outputs = [fn(*args) for args in self.sets]
+        self.synchronize()
+        return {}
+
+    def fetch(self, request):
+        return {"result": self.outputs[int(request["index"])]}
+
+    def synchronize(self):
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize()
+
+    def serve(self, requests, replies):
+        ops = {"run_cells": lambda r: self.run_cells(r["cells"]), "call": self.call, "get": self.get,
+               "load_sets": self.load_sets, "run_timed": self.run_timed, "fetch": self.fetch}
+        while True:
+            try:
+                request = self.wire.receive(requests, self.device, self.handle_to)
+            except EOFError:
+                return
+            if request.get("op") == "exit":
+                return
+            try:
+                reply = {"ok": True, **ops[request["op"]](request)}
+            except BaseException as e:
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                reply = {"ok": False, "error": type(e).__name__, "message": str(e)[:2000],
+                         "hint": str(getattr(e, "hint", "") or "")[:500],
+                         "where": "".join(traceback.format_exception_only(type(e), e))[-500:]}
+            try:
+                self.wire.send(replies, reply, self.handle_of)
+            except TypeError as e:
+                self.wire.send(replies, {"ok": False, "error": "TypeError", "message": str(e)})
+
+
+def main():
+    requests, replies = _protocol_streams()
+    Worker().serve(requests, replies)
+    sys.stdout.flush()
+    os._exit(0)  # do not wait for threads a learner's code may have left running
+
+
+if __name__ == "__main__":
+    main()

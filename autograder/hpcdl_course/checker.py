@@ -1,0 +1,135 @@
+"""The trusted checker: runs a notebook's tests against a submission whose code runs elsewhere.
+
+    python -m hpcdl_course.checker SPEC.json VERDICTS.json
+
+SPEC lists the notebook's code cells with their roles (see trusted_execute.py). The checker starts
+a worker in the sandbox (sandbox.py) that runs the locked and answer cells, then runs the locked
+and test cells itself, in order, with proxies (hpcdl.remote) in place of what the answer cells
+defined. Every verdict is decided here, by code the learner's code never ran beside; nothing the
+worker prints or returns is run or trusted as code.
+"""
+import contextlib
+import io
+import json
+import os
+import sys
+
+os.environ.setdefault("HPCDL_QUIET", "1")
+os.environ["HPCDL_CEILINGS_CACHE"] = "off"  # a ceiling is measured here, never read from a file
+
+import hpcdl  # noqa: E402
+from hpcdl import remote  # noqa: E402
+
+from . import sandbox  # noqa: E402
+
+PRINT_LIMIT = 20_000
+REQUEST_TIMEOUT = float(os.environ.get("HPCDL_REQUEST_TIMEOUT", 600))
+
+
+class CappedText(io.StringIO):
+    def write(self, s):
+        room = PRINT_LIMIT - self.tell()
+        if room > 0:
+            super().write(s[:room])
+        return len(s)
+
+
+def _message(e: BaseException, hidden: bool) -> str:
+    if isinstance(e, hpcdl.CheckFailed):
+        return str(e)
+    first = (str(e).splitlines() or [""])[0][:300]
+    if type(e).__name__ == "NotImplementedError" and not first:
+        return "not answered yet: the answer cell still raises NotImplementedError"
+    if isinstance(e, remote.RemoteError) and not hidden:
+        # Raised in the worker, which never sees a test: hpcdl's reports on code run in other processes
+        # (which rank hung or died and how, the compiler's first errors) say it after their first line.
+        return f"{type(e).__name__}: {str(e).strip()[:2000]}"  # the worker sends no more
+    if isinstance(e, NameError) or not hidden:
+        notes = "".join(f" ({note})" for note in getattr(e, "__notes__", [])[:2])
+        return (f"{type(e).__name__}: {first}" if first else type(e).__name__) + notes
+    return f"a hidden check failed ({type(e).__name__})"
+
+
+class Checker:
+    def __init__(self, spec: dict):
+        self.cells = spec["cells"]
+        self.answer_errors, self.names = {}, {}
+        self.flags = []
+        self.worker = remote.WorkerProcess(
+            sandbox.command([sys.executable, "-m", "hpcdl.worker"]), env=sandbox.environment(),
+            timeout=REQUEST_TIMEOUT, preexec_fn=sandbox.set_limits, on_start=self._run_worker_cells)
+
+    def _run_worker_cells(self, worker):
+        cells = [{"id": c["id"], "source": c["source"], "answer": c["role"] == "answer"}
+                 for c in self.cells if c["role"] in ("locked", "answer")]
+        reply = worker.request({"op": "run_cells", "cells": cells}, what="running your answer cells")
+        if not self.names:
+            self.answer_errors, self.names = dict(reply["errors"]), dict(reply["names"])
+
+    def namespace(self) -> dict:
+        ns = {"__name__": "__main__"}
+        for name, info in self.names.items():
+            kind = info.get("kind")
+            if kind == "callable":
+                ns[name] = remote.RemoteCallable(self.worker, name)
+            elif kind == "kernel":
+                ns[name] = remote.RemoteKernel(name)
+            elif kind in ("value", "object"):
+                ns[name] = info.get("value")
+        return ns
+
+    def explain(self, e: BaseException) -> str:
+        """A NameError for an answer that is missing says which answer cell failed, and how."""
+        if isinstance(e, NameError) and getattr(e, "name", None):
+            raised = [f"answer cell {cid} raised {err}" for cid, err in self.answer_errors.items()]
+            if raised:
+                return f"{e.name} is not defined: " + "; ".join(raised)[:600]
+            return f"{e.name} is not defined: write it in its answer cell"
+        return ""
+
+    def run(self) -> dict:
+        verdicts = {}
+        try:
+            self.worker.start()
+        except hpcdl.CheckFailed as e:
+            self.flags.append(str(e))
+        ns = self.namespace()
+        for cell in self.cells:
+            if cell["role"] not in ("locked", "test"):
+                continue
+            printed = CappedText()
+            error = None
+            with contextlib.redirect_stdout(printed):
+                try:
+                    exec(compile(cell["source"], f"<test cell {cell['id']}>", "exec"), ns)
+                except BaseException as e:  # a test cell fails on anything, SystemExit included
+                    if isinstance(e, KeyboardInterrupt):
+                        raise
+                    error = self.explain(e) or _message(e, cell.get("hidden", False))
+                    if isinstance(e, hpcdl.speed.ImpossibleSpeed):
+                        self.flags.append(f"{cell['id']}: {e}")
+            if cell["role"] == "test":
+                verdicts[cell["id"]] = {"passed": error is None, "printed": printed.getvalue(), "error": error}
+            elif error:
+                self.flags.append(f"locked cell {cell['id']} failed in the checker: {error}")
+        self.worker.stop()
+        self.flags += self.worker.events
+        if self.worker.output_dropped:
+            self.flags.append(f"printed {self.worker.output_dropped + remote.OUTPUT_LIMIT} bytes or more "
+                              f"(kept the first {remote.OUTPUT_LIMIT})")
+        return {"verdicts": verdicts, "flags": self.flags, "answer_errors": self.answer_errors,
+                "printed": self.worker.printed()}
+
+
+def main(argv=None) -> int:
+    spec_path, out_path = (argv or sys.argv[1:])[:2]
+    with open(spec_path) as f:
+        spec = json.load(f)
+    result = Checker(spec).run()
+    with open(out_path, "w") as f:
+        json.dump(result, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""hpcdl.build: C++ extensions and MPI programs built in a child process, cached by source.
+
+One extension is built for the whole module (a build takes ~30 s here): a right and a wrong add, a
+function that segfaults, and one released as the C++ stub learners get. Broken sources are chosen
+to fail fast (a missing header stops the compiler at once).
+"""
+import os
+
+import pytest
+import torch
+
+import capabilities
+from leftovers import no_leftovers  # noqa: F401  (a fixture)
+from hpcdl import build, check
+from hpcdl.build import BuildFailed, CompileError
+from hpcdl.isolation import IsolatedFailure
+
+TOY_CPP = r'''
+torch::Tensor add_upto(torch::Tensor a, torch::Tensor b, int64_t stop_early) {
+    TORCH_CHECK(a.sizes() == b.sizes() && a.dtype() == torch::kFloat32 && b.dtype() == torch::kFloat32,
+                "a and b must be float32 tensors of the same shape");
+    auto x = a.contiguous().cpu(), y = b.contiguous().cpu();
+    auto out = torch::zeros_like(x);
+    const float* px = x.data_ptr<float>();
+    const float* py = y.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    for (int64_t i = 0; i < out.numel() - stop_early; ++i) po[i] = px[i] + py[i];
+    return out.to(a.device());
+}
+
+torch::Tensor add(torch::Tensor a, torch::Tensor b) { return add_upto(a, b, 0); }
+
+torch::Tensor add_wrong(torch::Tensor a, torch::Tensor b) { return add_upto(a, b, 1); }  // misses the last
+
+void crash() { *reinterpret_cast<volatile int*>(8) = 1; }
+
+torch::Tensor scale(torch::Tensor a, double factor) {
+    // YOUR CODE HERE
+    throw std::runtime_error("not implemented");
+}
+'''  # scale's body is the stub that hpcdl_course.cpp_stubs releases
+FUNCTIONS = ["add", "add_wrong", "crash", "scale"]
+FAST = ("-O0",)  # these tests measure nothing: compile as fast as possible
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return build.extension("toy", TOY_CPP, functions=FUNCTIONS, extra_cflags=FAST)
+
+
+def make_inputs(shape, dtype, generator):
+    return (check.random_tensor(shape, dtype, generator=generator),
+            check.random_tensor(shape, dtype, generator=generator))
+
+
+CASES = [((37,), torch.float32), ((5, 7), torch.float32)]
+
+
+@capabilities.cxx
+def test_right_add_passes_the_check_and_wrong_add_fails_it(toy):
+    check.outputs(toy.add, torch.add, make_inputs, CASES)
+    with pytest.raises(check.CheckFailed, match="add_wrong"):
+        check.outputs(toy.add_wrong, torch.add, make_inputs, CASES)
+
+
+@capabilities.cxx
+def test_same_source_is_not_built_again(toy, capsys):
+    again = build.extension("toy", TOY_CPP, functions=FUNCTIONS, extra_cflags=FAST)
+    assert again.path == toy.path and again.path.exists()
+    assert "built" not in capsys.readouterr().out
+
+
+@capabilities.cxx
+def test_released_stub_compiles_and_says_not_implemented(toy):
+    with pytest.raises(RuntimeError, match="not implemented"):
+        toy.scale(torch.ones(3), 2.0)
+
+
+@capabilities.cxx
+def test_isolated_call_returns_the_result_from_a_child(toy):
+    a, b = torch.arange(5.0), torch.full((5,), 0.5)
+    assert torch.equal(toy.isolated("add")(a, b), a + b)
+
+
+@capabilities.cxx
+def test_segfault_in_an_isolated_call_fails_that_call_only(toy, no_leftovers):
+    with pytest.raises(IsolatedFailure, match=r"toy\.crash\(\) was killed by SIGSEGV"):
+        toy.isolated("crash")()
+    assert torch.equal(toy.add(torch.ones(2), torch.ones(2)), torch.full((2,), 2.0))  # this process lives on
+
+
+@capabilities.cxx
+def test_compile_error_shows_the_compilers_lines_only(capfd):
+    source = 'torch::Tensor f(torch::Tensor a) { return a; }\n#include "no_such_header.h"\n'
+    with pytest.raises(CompileError) as failure:
+        build.extension("broken", source, functions=["f"], extra_cflags=FAST)
+    message = str(failure.value)
+    assert "broken.cpp:2:10: fatal error: no_such_header.h: No such file or directory" in message
+    assert '#include "no_such_header.h"' in message  # the learner's own line, quoted by the compiler
+    assert "ninja" not in message and "-I" not in message and len(message.splitlines()) < 10
+    assert capfd.readouterr().err == ""  # stderr would cost a grade cell its points
+
+
+@capabilities.cxx
+def test_hung_compiler_is_stopped_and_leaves_nothing(tmp_path, no_leftovers):
+    fifo = tmp_path / "never_written"
+    os.mkfifo(fifo)  # the compiler blocks opening it for reading
+    with pytest.raises(BuildFailed, match="did not finish within 5 s"):
+        build.extension("stuck", f'#include "{fifo}"\n', functions=[], extra_cflags=FAST, timeout=5)
+    stuck = [p for p in build.cache_root().glob("stuck-*")]
+    assert stuck and not any((p / "lock").exists() for p in stuck)
+
+
+def test_names_must_be_identifiers():
+    with pytest.raises(ValueError, match="C\\+\\+ identifier"):
+        build.extension("int4-pack", "", functions=["pack"])
+
+
+@capabilities.mpi_cxx
+def test_mpi_program_syntax_error_quotes_the_line():
+    source = "#include <mpi.h>\nint main() {\n    int x = 1\n    return x;\n}\n"
+    with pytest.raises(CompileError) as failure:
+        build.mpi_program("typo", source)
+    message = str(failure.value)
+    assert "typo.cpp:4:5: error: expected" in message and "    4 |     return x;" in message
+
+
+def test_compiler_errors_keep_the_first_errors_and_count_the_rest():
+    log = "\n".join(["[1/2] c++ -MMD -I/very/long/include/path -c x.cpp", "x.cpp: In function 'int f()':"]
+                    + [f"x.cpp:{i}:1: error: problem {i}\n    {i} | code\n      | ^" for i in range(1, 6)]
+                    + ["ninja: build stopped: subcommand failed."])
+    shown = build.compiler_errors(log, max_errors=2)
+    assert shown.splitlines()[0] == "x.cpp: In function 'int f()':"
+    assert "problem 1" in shown and "problem 2" in shown and "problem 3" not in shown
+    assert shown.endswith("... and 3 more error lines") and "ninja" not in shown and "-I" not in shown

@@ -1,0 +1,161 @@
+"""The pins in env/ and binder/: the CPU and GPU sets agree, and the GPU set resolves on Linux x86_64.
+
+The resolution test asks pip for a dry run against PyPI's metadata (PEP 658: no wheel is downloaded).
+It needs the network: offline, or with HPCDL_OFFLINE=1, it is skipped and says why.
+"""
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+
+from hpcdl_course import paths
+
+ENV = paths.ROOT / "env"
+PYPI = "https://pypi.org/simple"
+# Wheels a Linux x86_64 machine with glibc 2.28 or newer installs (Ubuntu 20.04+, RHEL 8+).
+PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(28, 4, -1)] + [
+    "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pins(path) -> dict:
+    """{canonical name: version} of a requirements or constraints file; every line must be name==version."""
+    out = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line)
+        assert m, f"{path.name}: {line!r} is not pinned as name==version"
+        assert canonical(m[1]) not in out, f"{path.name}: {m[1]} is listed twice"
+        out[canonical(m[1])] = m[2]
+    return out
+
+
+def test_cpu_and_gpu_sets_differ_only_in_mpich():
+    cpu, gpu = pins(ENV / "requirements-cpu.txt"), pins(ENV / "requirements-gpu.txt")
+    # GPU machines bring their own MPI; everything else, torch and triton included, is the same.
+    assert set(cpu.items()) ^ set(gpu.items()) == {("mpich", cpu["mpich"])}
+
+
+def test_binder_installs_the_cpu_set():
+    assert pins(paths.ROOT / "binder" / "requirements.txt") == pins(ENV / "requirements-cpu.txt")
+
+
+def test_constraints_agree_with_the_direct_pins():
+    lock = pins(ENV / "constraints.txt")
+    assert "torch" not in lock, "torch is pinned in requirements-*.txt only (its CPU build has a +cpu label)"
+    direct = pins(ENV / "requirements-cpu.txt")
+    assert {k: v for k, v in direct.items() if k != "torch"} == {k: lock.get(k) for k in direct if k != "torch"}
+
+
+# Where packages come from is set here alone; how to reach an index (certificates, proxy) is kept from
+# pip's configuration.
+SOURCES = ("INDEX_URL", "EXTRA_INDEX_URL", "FIND_LINKS", "NO_INDEX", "CONSTRAINT", "REQUIREMENT", "PRE",
+           "ONLY_BINARY", "NO_BINARY", "TARGET", "PREFIX", "USER", "CONFIG_FILE")
+ACCESS = ("cert", "client-cert", "proxy", "trusted-host")
+
+
+def _pip_config() -> dict:
+    """pip's configuration ({key: value}, e.g. 'index-url', 'cert'), files and environment together."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                          timeout=60)
+    return {m[1]: m[2] for m in re.finditer(r"^[^.\n]*\.([a-z-]+)='([^']*)'$", proc.stdout, re.M)}
+
+
+def _configured_index(config: dict) -> str:
+    """HPCDL_PYPI_INDEX_URL, else the index-url in pip's configuration (a mirror of PyPI), else PyPI.
+    Extra indexes and find-links are left out on purpose: they may hold torch's CPU build."""
+    index = os.environ.get("HPCDL_PYPI_INDEX_URL") or config.get("index-url", "").split(" ")[0] or PYPI
+    return index.rstrip("/")
+
+
+def _unreachable(index: str):
+    """None if the index answers within 5 s, else why not."""
+    if os.environ.get("HPCDL_OFFLINE") == "1":
+        return "HPCDL_OFFLINE=1"
+    try:
+        urllib.request.urlopen(urllib.request.Request(f"{index}/torch/", method="HEAD"), timeout=5)
+    except urllib.error.HTTPError:
+        return None  # it answered; pip will say what is wrong
+    except (OSError, ValueError) as e:
+        return f"{index} is unreachable ({e})"
+    return None
+
+
+def test_gpu_set_resolves_for_linux_x86_64(tmp_path):
+    config = _pip_config()
+    index = _configured_index(config)
+    why = _unreachable(index)
+    if why:
+        pytest.skip(f"needs the package index to resolve env/requirements-gpu.txt: {why}")
+    version = "%d.%d.%d" % sys.version_info[:3]
+    report = tmp_path / "report.json"
+    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", str(report),
+           "--ignore-installed", "--only-binary=:all:", "--implementation", "cp", "--python-version", version,
+           *[f"--platform={p}" for p in PLATFORMS], "--target", str(tmp_path / "none"), "--index-url", index,
+           "-r", str(ENV / "requirements-gpu.txt"), "-c", str(ENV / "constraints.txt")]
+    cmd += [f"--{key}={value}" for key, values in config.items() if key in ACCESS for value in values.split()]
+    # PIP_CONFIG_FILE=os.devnull skips every configuration file: no find-links or extra index with torch's
+    # CPU build (whose metadata needs no triton) can stand in for the CUDA build.
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("PIP_") and k[4:] in SOURCES)}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, (f"env/requirements-gpu.txt does not resolve for Linux x86_64, Python {version}, "
+                                  f"from {index}:\n{proc.stderr[-4000:]}")
+    resolved = {canonical(item["metadata"]["name"]): item for item in json.loads(report.read_text())["install"]}
+    for name, pin in pins(ENV / "requirements-gpu.txt").items():
+        assert resolved[name]["metadata"]["version"] == pin, name
+    torch = resolved["torch"]
+    assert "+" not in torch["metadata"]["version"], "resolved a local build of torch, not PyPI's CUDA build"
+    needs = [r for r in torch["metadata"].get("requires_dist", []) if r.startswith(("triton", "nvidia-"))]
+    assert any(r.startswith("triton==") for r in needs) and any(r.startswith("nvidia-") for r in needs), needs
+
+
+def test_learner_lab_settings_match_the_installed_jupyterlab():
+    """env/lab-overrides.json names real settings with valid values, and the nbgrader plugins that
+    env/learner-lab.sh disables exist: a renamed one would silently stay visible."""
+    schemas = pathlib.Path(sys.prefix) / "share" / "jupyter" / "lab" / "schemas"
+    for plugin, values in json.loads((ENV / "lab-overrides.json").read_text()).items():
+        package, name = plugin.split(":")
+        properties = json.loads((schemas / package / f"{name}.json").read_text())["properties"]
+        for key, value in values.items():
+            allowed = [c["const"] for c in properties[key].get("oneOf", [])] or None
+            assert allowed is None or value in allowed, (plugin, key, value)
+    assert json.loads((ENV / "lab-overrides.json").read_text())[
+        "@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"
+    script = (ENV / "learner-lab.sh").read_text()
+    disabled = set(re.findall(r"@jupyter/nbgrader:[a-z-]+", script))
+    assert disabled == {"@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
+                        "@jupyter/nbgrader:course-list"}
+    bundle = "".join(p.read_text(errors="replace") for p in
+                     (schemas.parent.parent / "labextensions" / "@jupyter" / "nbgrader" / "static").glob("*.js"))
+    assert all(f'"{plugin}"' in bundle for plugin in disabled)
+
+
+def test_setup_and_binder_share_the_learner_lab_script():
+    assert 'bash env/learner-lab.sh "$VENV/bin/python"' in (ENV / "setup.sh").read_text()
+    assert "bash env/learner-lab.sh python" in (paths.ROOT / "binder" / "postBuild").read_text()
+    for script in ("setup.sh", "learner-lab.sh"):
+        assert subprocess.run(["bash", "-n", str(ENV / script)]).returncode == 0, script
+
+
+@pytest.mark.skipif(not shutil.which("make"), reason="needs make")
+def test_make_lab_passes_options_and_allows_root():
+    proc = subprocess.run(["make", "-n", "lab", "LAB_ARGS=--no-browser --port=8888"], cwd=paths.ROOT,
+                          capture_output=True, text=True)
+    [line] = [line for line in proc.stdout.splitlines() if " lab --notebook-dir=course" in line]
+    assert line.endswith("--no-browser --port=8888")
+    assert ("--allow-root" in line) == (os.geteuid() == 0)
+    proc = subprocess.run(["make", "-n", "release", "FORCE=1"], cwd=paths.ROOT, capture_output=True, text=True)
+    assert 'HPCDL_RELEASE_FORCE="1"' in proc.stdout

@@ -1,0 +1,38 @@
+"""A notebook gets the same verdicts both ways when nobody cheats: run in one kernel, as a learner runs
+it in JupyterLab (and nbgrader's Validate does), and graded by `make grade` (test cells in the
+checker, answers in the sandboxed worker). Every right and wrong fixture is run the learner's way
+here and compared, cell by cell, with its graded verdicts from test_grading.py's run.
+"""
+import nbclient
+import pytest
+
+from hpcdl_course import answers, paths
+from selection import ASSIGNMENTS
+from test_grading import failed_cells, fixtures, graded, student  # noqa: F401 (graded is a fixture)
+
+pytestmark = pytest.mark.slow
+
+
+def _cases():
+    return [pytest.param(a, name, marks=pytest.mark.xdist_group(a), id=f"{a}-{name}")
+            for a in ASSIGNMENTS for name in ["solution"] + [f.name for f in fixtures(a)]]
+
+
+def _failed_in_one_kernel(assignment, name) -> set:
+    cells = {} if name == "solution" else next(f for f in answers.load(assignment) if f.name == name).cells
+    failed = set()
+    for nb_name in paths.notebook_names(assignment):
+        filled = {**answers.solution_sources(assignment), **cells}
+        nb = answers.submission(assignment, nb_name, filled)
+        nbclient.NotebookClient(nb, kernel_name="hpcdl", timeout=900, allow_errors=True,
+                                resources={"metadata": {"path": str(paths.COURSE / assignment)}}).execute()
+        failed |= {c.metadata.nbgrader["grade_id"] for c in nb.cells
+                   if c.metadata.get("nbgrader", {}).get("grade")
+                   and any(o.output_type == "error" for o in c.get("outputs", []))}
+    return failed
+
+
+@pytest.mark.parametrize("assignment, name", _cases())
+def test_learner_run_and_grading_agree(graded, assignment, name):
+    _, scores = graded
+    assert _failed_in_one_kernel(assignment, name) == failed_cells(scores[(student(assignment, name), assignment)])
