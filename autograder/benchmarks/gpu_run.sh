@@ -30,5 +30,21 @@ for bench in ${BENCH:-}; do
   python3 -m "benchmarks.$bench" "$out/$bench.json" 2>&1 | tee "$out/bench-$bench.log"
 done
 # One process at a time on the card: no pytest-xdist here, so no two gradings share the GPU.
+export HPCDL_TEST_WORK=$(mktemp -d)/work
 python3 -m pytest -p no:cacheprovider -p no:xdist -v --durations=20 "$@" 2>&1 | tee "$out/pytest.log" \
   | grep -vE " PASSED| SKIPPED"
+# What each graded cell said (the checker's messages) and what the checker flagged, for the record.
+python3 - "$HPCDL_TEST_WORK" > "$out/verdicts.txt" <<'EOF'
+import json, pathlib, sys
+import nbformat
+work = pathlib.Path(sys.argv[1])
+for path in sorted(work.glob("autograded/*/*/*.ipynb")):
+    for cell in nbformat.read(path, as_version=4).cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if cell.metadata.get("nbgrader", {}).get("grade"):
+            said = " | ".join((o.get("text") or o.get("evalue") or "").strip()[:400] for o in cell.get("outputs", []))
+            print(f"{path.parent.parent.name}/{path.stem}/{grade_id}: {said}")
+for path in sorted(work.glob("reports/*/*/*.json")):
+    report = json.loads(path.read_text())
+    print(f"{path.parent.parent.name}: flags {report['flags']}; printed {report['printed'][-800:]!r}")
+EOF

@@ -111,10 +111,11 @@ def solution_sources(assignment: str) -> dict:
     return {k: v for name in paths.notebook_names(assignment) for k, v in _solution_sources(assignment, name).items()}
 
 
-def submission(assignment: str, name: str, answers: dict | None = None):
+def submission(assignment: str, name: str, answers: dict | None = None, released=None):
     """The released notebook as a learner would hand it in: solution cells filled with `answers`
-    (grade_id -> source); None leaves the release untouched."""
-    nb = nbformat.read(paths.COURSE / assignment / f"{name}.ipynb", as_version=4)
+    (grade_id -> source); None leaves the release untouched. `released`: the release folder
+    (default course/)."""
+    nb = nbformat.read(pathlib.Path(released or paths.COURSE) / assignment / f"{name}.ipynb", as_version=4)
     if answers is None:
         return nb
     nb = copy.deepcopy(nb)
@@ -125,32 +126,33 @@ def submission(assignment: str, name: str, answers: dict | None = None):
     return nb
 
 
-def write_submission(folder, student: str, assignment: str, answers: dict | None) -> None:
+def write_submission(folder, student: str, assignment: str, answers: dict | None, released=None) -> None:
     """Write one student's submission of an assignment: solutions overridden by `answers`
     (answers=None writes the untouched release)."""
     target = pathlib.Path(folder) / student / assignment
     target.mkdir(parents=True, exist_ok=True)
     for name in paths.notebook_names(assignment):
         filled = None if answers is None else {**_solution_sources(assignment, name), **answers}
-        nbformat.write(submission(assignment, name, filled), target / f"{name}.ipynb")
+        nbformat.write(submission(assignment, name, filled, released), target / f"{name}.ipynb")
 
 
-def write_demo(folder) -> None:
+def write_demo(folder, released) -> None:
     """The demo submissions `make grade` uses on a fresh clone: one full solution, one untouched
-    release, one partly wrong, and one with the kinds of bad input instructors meet."""
-    folder = pathlib.Path(folder)
+    release, one partly wrong, and one with the kinds of bad input instructors meet. `released` is
+    a fresh release (never course/, which a learner may have edited in the lab)."""
+    folder, released = pathlib.Path(folder), pathlib.Path(released)
     for a in paths.assignments():
-        write_submission(folder, "student-full", a, {})
-        write_submission(folder, "student-blank", a, None)
+        write_submission(folder, "student-full", a, {}, released)
+        write_submission(folder, "student-blank", a, None, released)
         wrong = [f for f in load(a) if f.demo] or [f for f in load(a) if not f.right]
-        write_submission(folder, "student-partial", a, wrong[0].cells if wrong else {})
+        write_submission(folder, "student-partial", a, wrong[0].cells if wrong else {}, released)
     first, second = paths.assignments()[0], paths.assignments()[-1]
     broken = folder / "student-broken" / first
     broken.mkdir(parents=True, exist_ok=True)
     name = paths.notebook_names(first)[0]
-    text = (paths.COURSE / first / f"{name}.ipynb").read_text()
+    text = (released / first / f"{name}.ipynb").read_text()
     (broken / f"{name}.ipynb").write_text(text[: len(text) // 2])  # cut short, as by a failed upload
     (broken / "notes.txt").write_text("a stray file\n")
     other = paths.notebook_names(second)[0]
-    (broken / f"{other}.ipynb").write_text((paths.COURSE / second / f"{other}.ipynb").read_text())
+    (broken / f"{other}.ipynb").write_text((released / second / f"{other}.ipynb").read_text())
     (folder / "student-broken" / "99_unknown").mkdir(exist_ok=True)

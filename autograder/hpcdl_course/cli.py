@@ -1,8 +1,10 @@
 """hpcdl-course: the instructor's commands (make notebooks / release / grade call these)."""
 import argparse
+import os
 import pathlib
 import shutil
 import sys
+import tempfile
 
 from . import sandbox
 from . import answers, grade, notebooks, paths, release, submissions
@@ -26,9 +28,14 @@ def cmd_release(args) -> int:
 def cmd_grade(args) -> int:
     folder = args.submissions
     if folder is None:
-        folder = paths.work() / "demo-submissions"
-        shutil.rmtree(folder, ignore_errors=True)
-        answers.write_demo(folder)
+        # The demo has a work folder and gradebook of its own, and starts from a fresh release.
+        os.environ["HPCDL_WORK"] = str(paths.work() / "demo")
+        shutil.rmtree(paths.work(), ignore_errors=True)
+        folder = paths.work() / "submissions"
+        with tempfile.TemporaryDirectory(prefix="hpcdl-demo-release-") as released:
+            for a in paths.assignments():
+                release.generate(a, released)
+            answers.write_demo(folder, released)
         print(f"No submissions folder given: grading the demo submissions in {folder}")
     try:
         results = grade.grade_folder(folder, args.assignment or None)
@@ -84,11 +91,12 @@ def cmd_check_sandbox(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"runs as uid {seen['uid']}; network: {'REACHABLE' if seen['network'] else 'none'}; "
-          f"GPU: {seen['gpu'] or 'none'}{' (computes)' if seen.get('gpu_works') else ''}; hpcdl from {seen['hpcdl']}")
+          f"GPU: {seen['gpu'] or 'none'}{' (computes)' if seen.get('gpu_works') else ''}; hpcdl from {seen['hpcdl']}; "
+          f"a Triton kernel: {seen['triton']}")
     for path, visible in seen["can_read"].items():
         print(f"  {'VISIBLE' if visible else 'hidden '}  {path}")
     exposed = [p for p, v in seen["can_read"].items() if v] + (["the network"] if seen["network"] else [])
-    return 1 if exposed else 0
+    return 1 if exposed or seen["triton"] != "works" else 0
 
 
 def main(argv=None) -> int:

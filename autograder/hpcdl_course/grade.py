@@ -112,22 +112,42 @@ def grade_folder(folder, assignments=None) -> list:
     if export.returncode != 0:
         print(f"warning: CSV export failed: {errors(export)}")
     else:
-        add_flags_column(paths.work() / "grades.csv", results)
+        finish_csv(paths.work() / "grades.csv", results)
     return results
 
 
-def add_flags_column(path, results) -> None:
-    """grades.csv as nbgrader exports it, plus a `flags` column: reasons to review a submission."""
-    by_row = {(r.assignment, r.student): "; ".join(r.flags) for r in results}
+def finish_csv(path, results) -> None:
+    """grades.csv as nbgrader exports it, plus `status` (graded / not submitted / not gradable, with
+    why) and `flags` (reasons to review a submission), and a row for every student seen, also those
+    whose submission never reached the gradebook."""
     with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        return
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]) + ["flags"])
-        writer.writeheader()
+        reader = csv.DictReader(f)
+        fields, rows = list(reader.fieldnames or []), list(reader)
+    ours = {(r.assignment, r.student): r for r in results if r.assignment in paths.assignments()}
+    with Gradebook(f"sqlite:///{paths.work() / 'gradebook.db'}") as gb:
+        def status(assignment, student):
+            r = ours.get((assignment, student))
+            if r is not None:
+                return "graded" if r.graded else "not gradable: " + "; ".join(r.problems)
+            try:
+                gb.find_submission(assignment, student)
+                return "graded"
+            except MissingEntry:
+                return "not submitted"
+
         for row in rows:
-            writer.writerow({**row, "flags": by_row.get((row["assignment"], row["student_id"]), "")})
+            key = (row["assignment"], row["student_id"])
+            row["status"] = status(*key)
+            row["flags"] = "; ".join(ours[key].flags) if key in ours else ""
+    seen = {(row["assignment"], row["student_id"]) for row in rows}
+    for (assignment, student), r in ours.items():
+        if (assignment, student) not in seen:
+            rows.append({"assignment": assignment, "student_id": student,
+                         "status": "not gradable: " + "; ".join(r.problems), "flags": "; ".join(r.flags)})
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields + ["status", "flags"], restval="")
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def table(results: list) -> str:

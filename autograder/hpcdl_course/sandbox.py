@@ -67,7 +67,7 @@ def command(argv: list) -> list:
     """argv, run inside the sandbox."""
     if mode() == "none":
         return list(argv)
-    cmd = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+    cmd = [shutil.which("bwrap"), "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
            "--die-with-parent", "--new-session"]
     binds = []
     for root in _read_only_roots():
@@ -109,12 +109,24 @@ def environment() -> dict:
     env["PYTHONPATH"] = str(pathlib.Path(_hpcdl().__file__).resolve().parents[1])
     if not _hpcdl().ON_GPU:
         env["HPCDL_DEVICE"] = "cpu"
+    elif "TRITON_LIBCUDA_PATH" not in os.environ:
+        env.update(_libcuda())
     # HPCDL_TEST_TOKEN: an opaque mark by which the test suite finds processes left running (tests/leftovers.py).
     for name in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "TRITON_LIBCUDA_PATH",
                  "HPCDL_TEST_TOKEN"):
         if name in os.environ:
             env[name] = os.environ[name]
     return env
+
+
+def _libcuda() -> dict:
+    """Where libcuda is, as Triton finds it out here: inside, its search (ldconfig) may come up empty."""
+    try:
+        from triton.backends.nvidia.driver import libcuda_dirs
+
+        return {"TRITON_LIBCUDA_PATH": libcuda_dirs()[0]}
+    except Exception:  # no such helper in this Triton, or no libcuda: Triton's own search decides
+        return {}
 
 
 def set_limits() -> None:
@@ -144,6 +156,20 @@ if seen["gpu"]:
     seen["gpu_works"] = float((torch.ones(1 << 20, device="cuda") * 2).sum()) == 2 * (1 << 20)
 import hpcdl
 seen["hpcdl"] = hpcdl.__file__
+try:  # a Triton kernel compiles (on a GPU: cc, ptxas, libcuda) and runs in here
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _double(x_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+    x = torch.ones(1000, device=hpcdl.DEVICE)
+    _double[(8,)](x, 1000, BLOCK=128)
+    seen["triton"] = "works" if float(x.sum()) == 2000 else "wrong result"
+except Exception as e:
+    seen["triton"] = f"{type(e).__name__}: {str(e)[-1500:]}"
 print(json.dumps(seen))
 """
 

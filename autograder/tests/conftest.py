@@ -6,7 +6,8 @@ import sys
 import tempfile
 
 _session_tmp = pathlib.Path(tempfile.mkdtemp(prefix="hpcdl-tests-"))
-os.environ["HPCDL_WORK"] = str(_session_tmp / "work")
+# HPCDL_TEST_WORK keeps the graded notebooks where a GPU run can report them (gpu_run.sh, no xdist).
+os.environ["HPCDL_WORK"] = os.environ.get("HPCDL_TEST_WORK") or str(_session_tmp / "work")
 os.environ["HPCDL_CACHE_DIR"] = str(_session_tmp / "cache")
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))  # autograder/, for `benchmarks`

@@ -21,6 +21,7 @@ def run_cli(*args, work):
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     work = tmp_path_factory.mktemp("work")
+    (work / "gradebook.db").write_text("the instructor's real gradebook")
     return run_cli("grade", work=work), work
 
 
@@ -36,8 +37,17 @@ def test_demo_grades_and_prints_a_table(demo):
             got, out_of = full.split()[2], full.split()[4]
             assert float(got) > 0 and float(out_of) > 0
             assert blank.split()[2] == "0"
-    assert (work / "gradebook.db").exists() and (work / "grades.csv").exists()
-    csv = (work / "grades.csv").read_text()
+    # The demo grades into a work folder of its own: the real gradebook is left alone.
+    assert (work / "gradebook.db").read_text() == "the instructor's real gradebook"
+    assert (work / "demo" / "gradebook.db").exists() and (work / "demo" / "grades.csv").exists()
+    csv = (work / "demo" / "grades.csv").read_text()
+    import csv as csv_module
+
+    status = {(r["student_id"], r["assignment"]): r["status"]
+              for r in csv_module.DictReader((work / "demo" / "grades.csv").open())}
+    first = paths.assignments()[0]
+    assert status[("student-full", first)] == status[("student-blank", first)] == "graded"
+    assert status[("student-broken", first)].startswith("not gradable: ")
     assert "student-full" in csv and "student-partial" in csv
 
 

@@ -1,7 +1,8 @@
 """A notebook gets the same verdicts both ways when nobody cheats: run in one kernel, as a learner runs
-it in JupyterLab (and nbgrader's Validate does), and graded by `make grade` (test cells in the
-checker, answers in the sandboxed worker). Every right and wrong fixture is run the learner's way
-here and compared, cell by cell, with its graded verdicts from test_grading.py's run.
+it in JupyterLab (and as nbgrader's own Execute would grade it), and graded by `make grade` (test
+cells in the checker, answers in the sandboxed worker). Every right and wrong fixture is run the
+one-kernel way, hidden tests included (the source notebook with the fixture's answers), and compared
+cell by cell with its graded verdicts from test_grading.py's run.
 """
 import nbclient
 import pytest
@@ -22,8 +23,10 @@ def _failed_in_one_kernel(assignment, name) -> set:
     cells = {} if name == "solution" else next(f for f in answers.load(assignment) if f.name == name).cells
     failed = set()
     for nb_name in paths.notebook_names(assignment):
-        filled = {**answers.solution_sources(assignment), **cells}
-        nb = answers.submission(assignment, nb_name, filled)
+        solutions = answers.solution_sources(assignment)
+        # nbgrader restores edited locked cells before grading; so does this run.
+        filled = {**solutions, **{k: v for k, v in cells.items() if k in solutions}}
+        nb = answers.submission(assignment, nb_name, filled, released=paths.SOLUTIONS)
         nbclient.NotebookClient(nb, kernel_name="hpcdl", timeout=900, allow_errors=True,
                                 resources={"metadata": {"path": str(paths.COURSE / assignment)}}).execute()
         failed |= {c.metadata.nbgrader["grade_id"] for c in nb.cells

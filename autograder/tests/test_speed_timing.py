@@ -45,3 +45,15 @@ def test_broken_cache_is_measured_again(monkeypatch, tmp_path):
     monkeypatch.setenv("HPCDL_CACHE_DIR", str(tmp_path))
     (tmp_path / "ceilings.json").write_text("{not json")
     assert ceilings.get().bandwidth > 0
+
+
+@pytest.mark.skipif(hpcdl.ON_GPU, reason="behaviour without a GPU")
+def test_validate_passes_speed_cells_without_a_gpu_but_grading_fails_them(monkeypatch, capsys):
+    run = lambda: hpcdl.speed.bandwidth_fraction(torch.add, lambda: (torch.rand(8), torch.rand(8)),  # noqa: E731
+                                                 bytes_moved=96, min_fraction=0.9, name="add")
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    run()
+    assert "not graded here" in capsys.readouterr().out
+    monkeypatch.delenv("NBGRADER_EXECUTION")
+    with pytest.raises(hpcdl.speed.SpeedNotGraded):
+        run()
