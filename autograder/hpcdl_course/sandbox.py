@@ -69,23 +69,26 @@ def command(argv: list) -> list:
         return list(argv)
     cmd = [shutil.which("bwrap"), "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
            "--die-with-parent", "--new-session"]
+    # The private /tmp first: a course checked out under /tmp is then bound on top of it, not hidden.
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(SHM_SIZE), "--perms", "1777", "--tmpfs", "/dev/shm",
+            "--size", str(TMP_SIZE), "--perms", "1777", "--tmpfs", "/tmp"]
+    for dev in _gpu_devices():
+        cmd += ["--dev-bind", dev, dev]
+    if _hpcdl().ON_GPU:
+        cmd += ["--ro-bind-try", "/sys", "/sys"]
     binds = []
     for root in _read_only_roots():
         if os.path.exists(root) and root not in binds and not any(root.startswith(b + "/") for b in binds):
             binds.append(root)
     # bwrap would create the folders above each bind as private to root: the worker's user could not
     # pass through them.
-    parents = sorted({str(p) for b in binds for p in pathlib.Path(b).parents if str(p) != "/"} - set(binds))
+    parents = sorted({str(p) for b in binds for p in pathlib.Path(b).parents}
+                     - set(binds) - {"/", "/tmp", "/dev", "/proc"})
     for parent in parents:
         cmd += ["--perms", "0755", "--dir", parent]
     for root in binds:
         cmd += ["--ro-bind", root, root]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(SHM_SIZE), "--perms", "1777", "--tmpfs", "/dev/shm"]
-    for dev in _gpu_devices():
-        cmd += ["--dev-bind", dev, dev]
-    if _hpcdl().ON_GPU:
-        cmd += ["--ro-bind-try", "/sys", "/sys"]
-    cmd += ["--size", str(TMP_SIZE), "--perms", "1777", "--tmpfs", "/tmp", "--chdir", "/tmp"]
+    cmd += ["--chdir", "/tmp"]
     if os.geteuid() == 0:
         # bwrap keeps only these two capabilities, and setpriv gives them up as it becomes nobody.
         cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--",

@@ -18,6 +18,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import textwrap
 
 import nbformat
 from nbconvert.preprocessors import Preprocessor
@@ -93,8 +94,11 @@ class TrustedExecute(Preprocessor):
             if v.get("printed"):
                 cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=v["printed"]))
             if not v.get("passed"):
+                # Wrapped: feedback HTML shows a traceback line as it is, cut at the page's edge.
+                text = f"CheckFailed ({grade_id}): {v.get('error')}"
+                lines = [wrapped for line in text.splitlines() for wrapped in textwrap.wrap(line, 110) or [""]]
                 cell.outputs.append(nbformat.v4.new_output(
-                    "error", ename="CheckFailed", evalue=str(v.get("error")), traceback=[f"CheckFailed: {v.get('error')}"]))
+                    "error", ename="CheckFailed", evalue=str(v.get("error")), traceback=lines))
         for cell in nb.cells:
             err = result.get("answer_errors", {}).get(cell.metadata.get("nbgrader", {}).get("grade_id"))
             if err and role(cell) == "answer":
