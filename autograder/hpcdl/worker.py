@@ -24,6 +24,17 @@ def _protocol_streams():
     return requests, replies
 
 
+def run_source(source: str, filename: str, namespace: dict):
+    """exec source as if it came from a file named filename. Triton's JIT (outside its CPU interpreter)
+    reads a kernel's source with inspect.getsource, which finds it only through linecache, as it
+    does for IPython's cells."""
+    import linecache
+
+    # mtime None: linecache.checkcache keeps the entry although no such file exists.
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+
+
 class Worker:
     def __init__(self):
         import torch
@@ -74,7 +85,7 @@ class Worker:
         for cell in cells:
             before = dict(self.namespace)
             try:
-                exec(compile(cell["source"], f"<cell {cell['id']}>", "exec"), self.namespace)
+                run_source(cell["source"], f"<cell {cell['id']}>", self.namespace)
             except BaseException as e:  # a learner's cell may raise anything, SystemExit included
                 if isinstance(e, KeyboardInterrupt):
                     raise

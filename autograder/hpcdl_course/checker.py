@@ -19,6 +19,7 @@ os.environ["HPCDL_CEILINGS_CACHE"] = "off"  # a ceiling is measured here, never 
 
 import hpcdl  # noqa: E402
 from hpcdl import remote  # noqa: E402
+from hpcdl.worker import run_source  # noqa: E402
 
 from . import sandbox  # noqa: E402
 
@@ -101,7 +102,7 @@ class Checker:
             error = None
             with contextlib.redirect_stdout(printed):
                 try:
-                    exec(compile(cell["source"], f"<test cell {cell['id']}>", "exec"), ns)
+                    run_source(cell["source"], f"<test cell {cell['id']}>", ns)
                 except BaseException as e:  # a test cell fails on anything, SystemExit included
                     if isinstance(e, KeyboardInterrupt):
                         raise

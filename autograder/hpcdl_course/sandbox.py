@@ -159,18 +159,25 @@ if seen["gpu"]:
     seen["gpu_works"] = float((torch.ones(1 << 20, device="cuda") * 2).sum()) == 2 * (1 << 20)
 import hpcdl
 seen["hpcdl"] = hpcdl.__file__
-try:  # a Triton kernel compiles (on a GPU: cc, ptxas, libcuda) and runs in here
-    import triton
-    import triton.language as tl
+_KERNEL = '''
+import triton
+import triton.language as tl
 
-    @triton.jit
-    def _double(x_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+@triton.jit
+def _double(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
 
-    x = torch.ones(1000, device=hpcdl.DEVICE)
-    _double[(8,)](x, 1000, BLOCK=128)
-    seen["triton"] = "works" if float(x.sum()) == 2000 else "wrong result"
+x = torch.ones(1000, device=DEVICE)
+_double[(8,)](x, 1000, BLOCK=128)
+result = "works" if float(x.sum()) == 2000 else "wrong result"
+'''
+try:  # a Triton kernel compiles (on a GPU: cc, ptxas, libcuda) and runs in here, as the worker runs cells
+    from hpcdl.worker import run_source
+
+    cell = {"torch": torch, "DEVICE": hpcdl.DEVICE}
+    run_source(_KERNEL, "<probe cell>", cell)
+    seen["triton"] = cell["result"]
 except Exception as e:
     seen["triton"] = f"{type(e).__name__}: {str(e)[-1500:]}"
 print(json.dumps(seen))
