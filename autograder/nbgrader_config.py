@@ -42,6 +42,15 @@ c.Autograde.autograde_preprocessors = [TrustedExecute, IgnorePattern, ClearMetad
 c.TrustedExecute.timeout = float(os.environ.get("HPCDL_NOTEBOOK_TIMEOUT", 3600))
 # Feedback shows failures, not the hidden tests' source.
 c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor]
+# Feedback opens with a table of the graded cells by name, points and verdict (autograder/feedback/); the rest
+# of the page is nbgrader's own template, found beside nbgrader as nbgrader itself would find it.
+import nbgrader  # noqa: E402
+
+c.HTMLExporter.template_name = "hpcdl_feedback"
+c.HTMLExporter.template_file = "hpcdl_feedback.html.j2"
+c.HTMLExporter.extra_template_basedirs = [
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "feedback"),
+    os.path.join(os.path.dirname(nbgrader.__file__), "server_extensions", "formgrader", "templates")]
 
 # --- C++ answers (hpcdl_course/cpp_stubs.py) ---
 # A `// BEGIN SOLUTION` ... `// END SOLUTION` region is released as a C++ stub that compiles. The

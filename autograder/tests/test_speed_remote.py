@@ -1,0 +1,64 @@
+"""The checker's timing of a worker's function (hpcdl.speed at grading time), run on this machine's device:
+the clock stops only when an element of every timed output has arrived, those elements are checked against
+the reference, and the messages' round trip is measured on a worker that runs no learner code."""
+import sys
+
+import pytest
+import torch
+
+from hpcdl import check, remote, speed
+from hpcdl_course import sandbox
+
+CELLS = '''
+import torch
+
+def add(x, y):
+    return x + y
+
+_first = {}
+
+def memoised(x, y):
+    return _first.setdefault(tuple(x.shape), x + y)
+
+def transposed(x, y):
+    return (x + y).t()
+'''
+
+
+@pytest.fixture(scope="module")
+def worker():
+    # The grading worker's environment, without the sandbox (tested elsewhere).
+    w = remote.WorkerProcess([sys.executable, "-m", "hpcdl.worker"], env=sandbox.environment(), timeout=120)
+    reply = w.request({"op": "run_cells", "cells": [{"id": "cells", "source": CELLS, "answer": True}]}, what="cells")
+    assert reply["errors"] == {}
+    yield w
+    w.stop()
+
+
+def inputs(shape=(37, 53)):
+    g = check.generator(check.new_seed())
+    return check.random_tensor(shape, generator=g), check.random_tensor(shape, generator=g)
+
+
+def test_the_round_trip_is_measured_once_on_a_worker_of_its_own(worker):
+    speed._round_trips.clear()
+    first = speed._batch_round_trip(worker)
+    assert 0 < first < 1.0 and speed._batch_round_trip(worker) == first and len(speed._round_trips) == 1
+
+
+def test_an_honest_function_is_timed_and_its_elements_check_out(worker):
+    seconds = speed._remote_seconds(remote.RemoteCallable(worker, "add"), inputs, torch.add, "add", 0.0)
+    assert seconds > 0
+
+
+def test_elements_are_read_in_row_major_order_of_any_layout(worker):
+    sets = [inputs((5, 7)) for _ in range(3)]
+    worker.request({"op": "load_sets", "sets": sets}, what="sets")
+    picked = worker.request({"op": "run_timed", "name": "transposed", "positions": [0, 1, 36]}, what="batch")["picked"]
+    expected = [(x + y).t().reshape(-1)[p] for (x, y), p in zip(sets, [0, 1, 1])]
+    assert torch.equal(picked, torch.stack(expected).cpu())
+
+
+def test_a_result_reused_across_timed_calls_fails(worker):
+    with pytest.raises(check.CheckFailed, match="wrong on the timed calls"):
+        speed._remote_seconds(remote.RemoteCallable(worker, "memoised"), inputs, torch.add, "memoised", 0.0)
