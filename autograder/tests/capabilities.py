@@ -6,9 +6,13 @@
     @capabilities.gpu          # mark `gpu`: a CUDA GPU in use by hpcdl
     @capabilities.multi_gpu(2) # mark `multi_gpu`: at least 2 CUDA GPUs
 
+capabilities.missing_browser() says what the browser test lacks (Playwright, Debian's Chromium), or None;
+that test skips on it, or fails where CI must run it (test_browser.py).
+
 `pytest -m "not cxx"` leaves out the slow C++ builds; the marks are registered in pyproject.toml.
 """
 import importlib.util
+import os
 import shutil
 
 import pytest
@@ -43,6 +47,17 @@ def _missing_cxx() -> str | None:
         return "no C++ compiler (c++) on PATH"
     if processes.find_program("ninja") is None:
         return "no ninja (torch builds extensions with it)"
+    return None
+
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's: Playwright never downloads a browser for this course
+
+
+def missing_browser() -> str | None:
+    if importlib.util.find_spec("playwright") is None:
+        return "the playwright package is not installed (make setup installs it)"
+    if not os.access(CHROMIUM, os.X_OK):
+        return f"no {CHROMIUM} (Debian/Ubuntu: apt-get install chromium)"
     return None
 
 
