@@ -159,3 +159,19 @@ def test_make_lab_passes_options_and_allows_root():
     assert ("--allow-root" in line) == (os.geteuid() == 0)
     proc = subprocess.run(["make", "-n", "release", "FORCE=1"], cwd=paths.ROOT, capture_output=True, text=True)
     assert 'HPCDL_RELEASE_FORCE="1"' in proc.stdout
+
+
+def test_xdist_groups_keep_a_notebooks_tests_in_one_worker(tmp_path):
+    """`make test` grades each notebook once because its tests share an xdist_group; a pytest and pytest-xdist
+    pair that ignores the groups would grade it in every worker (about twice the time on two cores)."""
+    (tmp_path / "test_grouped.py").write_text(
+        "import os, pytest\n"
+        "@pytest.mark.parametrize('i', [pytest.param(i, marks=pytest.mark.xdist_group('one')) for i in range(6)])\n"
+        "def test_where(i):\n"
+        "    open(f'where-{i}', 'w').write(os.environ['PYTEST_XDIST_WORKER'])\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-q",
+                           "-p", "no:cacheprovider", "test_grouped.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    workers = {p.read_text() for p in tmp_path.glob("where-*")}
+    assert len(workers) == 1, f"the grouped tests ran in {sorted(workers)}"
