@@ -1,26 +1,32 @@
-"""Turn a committed GPU results file into the README's results table.
+"""Turn the committed GPU results (results/<benchmark>/<file>.json, the newest of each) into the README's
+results tables:
 
-    PYTHONPATH=autograder python -m benchmarks.report autograder/benchmarks/results/<file>.json
+    PYTHONPATH=autograder python -m benchmarks.report
 """
 import json
 import pathlib
-import sys
 
 RESULTS = pathlib.Path(__file__).parent / "results"
+REPO = RESULTS.parents[2]
 
 
-def latest() -> pathlib.Path:
-    return sorted(RESULTS.glob("*.json"))[-1]
+def latest(benchmark: str) -> pathlib.Path | None:
+    found = sorted((RESULTS / benchmark).glob("*.json"))
+    return found[-1] if found else None
 
 
-def table(path) -> str:
+def _how(r, path) -> str:
+    return (f"Measured on {r['gpu']} (driver {r['driver']}, CUDA {r['cuda']}, torch {r['torch']}, triton "
+            f"{r['triton']}), {r['date']}, with `{r['command']}`; {r['timing']}. File: "
+            f"`{pathlib.Path(path).relative_to(REPO)}`.")
+
+
+def vector_add_table(path) -> str:
     r = json.loads(pathlib.Path(path).read_text())
     at = r["vector_add_2_26_gbps"]
     copy = r["copy_gbps"]
     rows = [
-        f"Measured on {r['gpu']} (driver {r['driver']}, CUDA {r['cuda']}, torch {r['torch']}, triton {r['triton']}), "
-        f"{r['date']}, with `{r['command']}`; {r['timing']}. File: `{pathlib.Path(path).relative_to(RESULTS.parents[2])}`.",
-        "",
+        "#### 01 vector add", "", _how(r, path), "",
         "| what | result |",
         "|---|---|",
         f"| device-to-device copy, 2 GiB (bytes read + written) | {copy:.0f} GB/s |",
@@ -40,5 +46,34 @@ def table(path) -> str:
     return "\n".join(rows)
 
 
+def softmax_table(path) -> str:
+    r = json.loads(pathlib.Path(path).read_text())
+    rows = ["#### 03 fused softmax", "", _how(r, path), "",
+            f"Copy: {r['copy_gbps']:.0f} GB/s. GB/s below count one read and one write of the matrix (medians of "
+            f"the runs); ratios are the worst run's.", ""]
+    for shape, g in r["graded"].items():
+        labels = [k for k in g["median_gbps"] if k != "copy"]
+        rows += [f"| {shape} fp32 | " + " | ".join(f"`{k}`" for k in labels) + " |",
+                 "|---|" + "---|" * len(labels),
+                 "| GB/s | " + " | ".join(f"{g['median_gbps'][k]:.0f}" for k in labels) + " |", "",
+                 f"Graded `{g['graded']}` at {shape}: " + ", ".join(
+                     f"{k} {g['worst_ratios'][k]:.2f} (needs {v})" for k, v in g["thresholds"].items())
+                 + f"; passes every run: {'yes' if g['passes_every_run'] else 'NO'}.", ""]
+    labels = [k for k in r["sweep"][0] if k not in ("cols", "rows")]
+    rows += ["| columns (2^26 elements) | " + " | ".join(f"`{k}`" for k in labels) + " |",
+             "|---|" + "---|" * len(labels)]
+    for s in r["sweep"]:
+        rows.append(f"| {s['cols']} | " + " | ".join(
+            f"{s[k]:.0f}" if isinstance(s[k], float) else "failed" for k in labels) + " |")
+    return "\n".join(rows)
+
+
+TABLES = {"vector_add": vector_add_table, "softmax": softmax_table}
+
+
+def tables() -> str:
+    return "\n\n".join(make(latest(name)) for name, make in TABLES.items() if latest(name))
+
+
 if __name__ == "__main__":
-    print(table(sys.argv[1] if len(sys.argv) > 1 else latest()))
+    print(tables())
