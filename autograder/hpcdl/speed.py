@@ -6,8 +6,10 @@ baseline) in the same run, on random data far larger than the L2 cache.
 
 At grading time the learner's function lives in the worker process (remote.py) and is timed from
 the checker: every timed call gets fresh inputs of its own, the checker's clock measures a batch
-of calls (the worker cannot change it), outputs of the timed calls, picked after the timing, are
-checked against the reference, and a speed above what this card's memory allows is rejected.
+of calls (the worker cannot change it) and stops only when an element of every output has arrived,
+those elements and two whole outputs picked after the timing are checked against the reference,
+the messages' round trip (measured on a worker without learner code) is taken off, and a speed
+above what this card's memory allows is rejected.
 """
 import os
 import random
