@@ -160,6 +160,19 @@ def _without_sizes(problem: str) -> str:
     return problem
 
 
+def _hint(problem: str, args) -> str:
+    """The usual cause of a wrong result, from what went wrong and the inputs of the case."""
+    if "never written" in problem:
+        return ("NaN in the result most often marks elements never written (outputs are filled with NaN before "
+                "each call): does the grid launch enough programs to cover every element (triton.cdiv(n, "
+                "BLOCK_SIZE)), and does every program store its whole block?")
+    if "elements are wrong" in problem and any(isinstance(a, torch.Tensor) and not a.is_contiguous() for a in args):
+        return ("This case passes a non-contiguous view (its strides are not those of a packed tensor): a kernel "
+                "that treats memory as one flat array needs x.contiguous() first, or must address elements "
+                "through the strides.")
+    return ""
+
+
 def _fail(name, problem, case, seed, hidden, index, total, hint=""):
     hint = f" {hint}" if hint else ""
     if hidden:
@@ -197,7 +210,7 @@ def outputs(fn, reference, make_inputs, cases, *, kernels=(), name=None, hidden=
             _fail(name, f"modified its input argument {i}", case, case_seed, hidden, index, len(cases))
         problem = compare(actual, expected)
         if problem:
-            _fail(name, problem, case, case_seed, hidden, index, len(cases))
+            _fail(name, problem, case, case_seed, hidden, index, len(cases), _hint(problem, args))
     if not hidden:
         print(f"{name}: correct on {len(cases)} random cases")
 

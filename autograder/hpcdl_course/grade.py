@@ -88,6 +88,8 @@ def grade_folder(folder, assignments=None) -> list:
     for a in wanted:
         release.generate(a, paths.work() / "release")  # records the assignment and its tests in the gradebook
     results = []
+    total = sum(sub.assignment in wanted and bool(sub.notebooks) for sub in found)
+    done = 0
     for sub in found:
         result = Result(sub.student, sub.assignment, problems=list(sub.problems))
         results.append(result)
@@ -97,7 +99,8 @@ def grade_folder(folder, assignments=None) -> list:
             result.problems.append("nothing gradable in this submission")
             continue
         submissions.stage(sub)
-        print(f"grading {sub.student} / {sub.assignment} ...", flush=True)
+        done += 1
+        print(f"grading {sub.student} / {sub.assignment} ({done} of {total}) ...", flush=True)
         for name in paths.notebook_names(sub.assignment):
             report_path(sub.student, sub.assignment, name).unlink(missing_ok=True)
         result.problems += autograde(sub)

@@ -54,7 +54,7 @@ def _snapshot(folder) -> dict:
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def graded(tmp_path_factory, on_terminal):
     folder = tmp_path_factory.mktemp("submissions")
     places = {"work": paths.work(), "submissions": folder, "root": paths.ROOT, "home": pathlib.Path.home()}
     for victim in VICTIMS:
@@ -63,8 +63,9 @@ def graded(tmp_path_factory):
         _write_cheat(folder, cheat, places)
     before = _snapshot(folder)
     os.environ.setdefault("HPCDL_REQUEST_TIMEOUT", "90")
-    results = {r.student: r for r in grade.grade_folder(folder, sorted({VICTIM_ASSIGNMENT} | {
-        c["assignment"] for c in CHEATS}))}
+    assignments = sorted({VICTIM_ASSIGNMENT} | {c["assignment"] for c in CHEATS})
+    with on_terminal():
+        results = {r.student: r for r in grade.grade_folder(folder, assignments)}
     return folder, before, results
 
 

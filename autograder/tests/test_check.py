@@ -41,6 +41,20 @@ def test_unwritten_element_is_caught_by_poison():
         check.outputs(lambda x: negate(x, skip_last=1), reference, inputs, [((97,), torch.float32)])
 
 
+def test_unwritten_elements_get_a_hint_about_the_grid():
+    with pytest.raises(CheckFailed, match=r"never written.*does the grid launch enough programs"):
+        check.outputs(lambda x: negate(x, skip_last=1), reference, inputs, [((97,), torch.float32)])
+
+
+def test_a_kernel_that_ignores_strides_gets_a_hint_about_contiguity():
+    def every_other(shape, dtype, generator):
+        return (check.random_tensor((2 * shape[0],), dtype, generator=generator)[::2],)
+
+    with pytest.raises(CheckFailed, match="non-contiguous view"):
+        check.outputs(negate, reference, every_other, [((101,), torch.float32)])
+    check.outputs(lambda x: negate(x.contiguous()), reference, every_other, [((101,), torch.float32)])
+
+
 def test_nan_never_passes():
     with pytest.raises(CheckFailed, match="NaN"):
         check.outputs(lambda x: torch.full_like(x, float("nan")), reference, inputs, CASES)

@@ -41,7 +41,8 @@ def graded(request, tmp_path_factory):
     """Grade one assignment's fixtures once (the assignment is the test's `assignment` parameter)."""
     a = request.getfixturevalue("assignment")
     if a not in _runs:
-        _runs[a] = _grade(a, tmp_path_factory.mktemp(f"submissions-{a}"))
+        with request.getfixturevalue("on_terminal")():
+            _runs[a] = _grade(a, tmp_path_factory.mktemp(f"submissions-{a}"))
     return _runs[a]
 
 
