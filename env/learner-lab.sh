@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The learner lab's settings, shared by env/setup.sh and binder/postBuild:
-# - no JupyterLab news prompt and no update check: env/lab-overrides.json becomes the
+# - no JupyterLab news prompt and no update check, and widget state saved with the notebook (a reopened
+#   notebook shows its progress bars, not "model not found"): env/lab-overrides.json becomes the
 #   environment's share/jupyter/lab/settings/overrides.json;
 # - nbgrader's instructor tools (Formgrader, Create Assignment, Course List) disabled
 #   and locked, so that Lab's plugin manager cannot turn them back on. Learners keep

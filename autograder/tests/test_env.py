@@ -128,12 +128,20 @@ def test_learner_lab_settings_match_the_installed_jupyterlab():
     schemas = pathlib.Path(sys.prefix) / "share" / "jupyter" / "lab" / "schemas"
     for plugin, values in json.loads((ENV / "lab-overrides.json").read_text()).items():
         package, name = plugin.split(":")
-        properties = json.loads((schemas / package / f"{name}.json").read_text())["properties"]
+        # JupyterLab's own plugins keep their schemas in lab/schemas, prebuilt extensions beside their code.
+        schema = schemas / package / f"{name}.json"
+        if not schema.exists():
+            schema = schemas.parent.parent / "labextensions" / package / "schemas" / package / f"{name}.json"
+        properties = json.loads(schema.read_text())["properties"]
         for key, value in values.items():
             allowed = [c["const"] for c in properties[key].get("oneOf", [])] or None
             assert allowed is None or value in allowed, (plugin, key, value)
     assert json.loads((ENV / "lab-overrides.json").read_text())[
         "@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"
+    # Progress bars and the roofline explorer are widgets: without their state a reopened notebook shows
+    # "Error displaying widget: model not found" where they were.
+    assert json.loads((ENV / "lab-overrides.json").read_text())[
+        "@jupyter-widgets/jupyterlab-manager:plugin"]["saveState"] is True
     script = (ENV / "learner-lab.sh").read_text()
     disabled = set(re.findall(r"@jupyter/nbgrader:[a-z-]+", script))
     assert disabled == {"@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
