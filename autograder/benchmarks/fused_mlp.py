@@ -12,21 +12,18 @@ matmul shapes of the issue (8192^3, 16384 x 4096 x 4096; no torch.compile there)
 the notebook's `best_epilogue_speedup` for this card's ceilings. Every time is a triton.testing.do_bench
 median; GB/s count one read of x and one write of the output, TFLOP/s count 2MNK.
 """
-import datetime
 import json
-import platform
 import statistics
-import subprocess
 import sys
 import time
 
 import hpcdl  # first: it decides, before triton is imported, whether Triton runs on the GPU
 import torch
 import torch.nn.functional as F
-import triton
 from hpcdl import ceilings, check
 from hpcdl.timing import time_function
 
+from . import machine
 from .solution_code import load
 
 ASSIGNMENT = "04_fused_mlp"
@@ -192,16 +189,12 @@ def main(out_path: str) -> None:
         extra.append({"shape": list(shape), **tflops(candidates, shape)})
     by_k = k_sweep(solution, copy, fp16_flops)
 
-    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                            capture_output=True, text=True).stdout.strip()
     results = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "gpu": torch.cuda.get_device_name(), "driver": driver, "cuda": torch.version.cuda,
-        "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
-        "command": "PYTHONPATH=autograder python3 -m benchmarks.fused_mlp OUT.json",
-        "timing": (f"triton.testing.do_bench median (warm-up 25 ms, rep {REP_MS} ms), random float16 data, new data "
-                   f"for each of {RUNS} runs; torch.compile with dynamic=False, compiled before timing; "
-                   f"linear_gelu autotuned before timing"),
+        **machine.record(
+            "PYTHONPATH=autograder python3 -m benchmarks.fused_mlp OUT.json",
+            (f"triton.testing.do_bench median (warm-up 25 ms, rep {REP_MS} ms), random float16 data, new data "
+             f"for each of {RUNS} runs; torch.compile with dynamic=False, compiled before timing; "
+             f"linear_gelu autotuned before timing")),
         "copy_gbps": copy / 1e9, "fp16_matmul_tflops": fp16_flops / 1e12,
         "bias_gelu": bias, "linear_gelu": linear, "linear_gelu_other_shapes": extra, "k_sweep": by_k,
         "seconds": time.time() - started,

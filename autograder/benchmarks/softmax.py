@@ -9,22 +9,19 @@ torch.compile(naive_softmax), the reference softmax and online_softmax, and the 
 speed cells check, per run; and a sweep over the row length (256 to 262144 columns, 2**26 elements) of the
 five. Every time is a triton.testing.do_bench median; GB/s count one read and one write of the matrix.
 """
-import datetime
 import json
-import platform
 import statistics
-import subprocess
 import sys
 import time
 
 import hpcdl  # first: it decides, before triton is imported, whether Triton runs on the GPU
 import nbformat
 import torch
-import triton
 from hpcdl import ceilings, check
 from hpcdl.timing import time_function
 from hpcdl_course import paths
 
+from . import machine
 from .solution_code import load
 
 ASSIGNMENT = "03_fused_softmax"
@@ -126,16 +123,12 @@ def main(out_path: str) -> None:
     graded = {"4096x4096": graded_shape((4096, 4096), {**candidates, **wrong_softmax}, naive),
               "1024x65536": graded_shape((1024, 65536), {**candidates, **wrong_online}, naive)}
     by_length = sweep(candidates, naive)
-    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                            capture_output=True, text=True).stdout.strip()
     results = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "gpu": torch.cuda.get_device_name(), "driver": driver, "cuda": torch.version.cuda,
-        "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
-        "command": "PYTHONPATH=autograder python3 -m benchmarks.softmax OUT.json",
-        "timing": (f"triton.testing.do_bench median (warm-up 25 ms, rep {REP_MS} ms), random fp32 data in [-20, 20), "
-                   f"new data for each of {RUNS} runs; GB/s = 8 bytes per element / time; torch.compile with "
-                   f"dynamic=False, compiled before timing"),
+        **machine.record(
+            "PYTHONPATH=autograder python3 -m benchmarks.softmax OUT.json",
+            (f"triton.testing.do_bench median (warm-up 25 ms, rep {REP_MS} ms), random fp32 data in [-20, 20), "
+             f"new data for each of {RUNS} runs; GB/s = 8 bytes per element / time; torch.compile with "
+             f"dynamic=False, compiled before timing")),
         "copy_gbps": copy, "graded": graded, "sweep": by_length, "seconds": time.time() - started,
     }
     with open(out_path, "w") as f:

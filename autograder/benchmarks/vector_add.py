@@ -6,19 +6,16 @@ Measures, in one process: the copy ceiling (2 GiB device-to-device), matmul ceil
 solution's vector_add and torch.add from 2**12 to 2**28 float32 elements (do_bench medians on random
 data), and the wrong answer `zeros_instead_of_empty` at 2**26, which the speed cell must reject.
 """
-import datetime
 import json
-import platform
-import subprocess
 import sys
 
 import torch
-import triton
 
 import hpcdl
 from hpcdl import ceilings, check
 from hpcdl.timing import time_function
 
+from . import machine
 from .solution_code import load
 
 
@@ -41,14 +38,10 @@ def main(out_path: str) -> None:
     n = 2**26
     at_graded = {"solution": gbps(solution, n), "torch.add": gbps(torch.add, n),
                  "zeros_instead_of_empty": gbps(zeros, n), "copy_again": ceilings.copy_bandwidth() / 1e9}
-    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                            capture_output=True, text=True).stdout.strip()
     results = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "gpu": torch.cuda.get_device_name(), "driver": driver, "cuda": torch.version.cuda,
-        "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
-        "command": "PYTHONPATH=autograder python3 -m benchmarks.vector_add OUT.json (via autograder/benchmarks/gpu_run.sh)",
-        "timing": "triton.testing.do_bench median (warm-up 25 ms, rep 200 ms), random fp32 data",
+        **machine.record(
+            "PYTHONPATH=autograder python3 -m benchmarks.vector_add OUT.json (via autograder/benchmarks/gpu_run.sh)",
+            "triton.testing.do_bench median (warm-up 25 ms, rep 200 ms), random fp32 data"),
         "copy_gbps": copy, "matmul_tflops": flops, "vector_add_sweep": sweep,
         "vector_add_2_26_gbps": at_graded,
     }
