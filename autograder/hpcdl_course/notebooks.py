@@ -20,6 +20,12 @@ import nbformat
 from . import paths
 
 KERNELSPEC = {"display_name": "HPC-DL (Python 3)", "language": "python", "name": "hpcdl"}
+# What the hpcdl kernel reports about its language, as JupyterLab writes it into a notebook when the kernel
+# connects. Stored whole, a notebook opened in the reference environment (Python 3.11.7, as CI's) does not turn
+# "modified" on opening; under another Python version JupyterLab still records that version (and marks it).
+LANGUAGE_INFO = {"codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
+                 "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
+                 "pygments_lexer": "ipython3", "version": "3.11.7"}
 
 # kind -> (grade, locked, solution); a test cell also takes its points
 CELL_KINDS = {"answer": (False, False, True), "test": (True, True, False), "locked": (False, True, False)}
@@ -75,7 +81,7 @@ def expand(text: str, name: str = "text") -> str:
 
 def build(text_path) -> nbformat.NotebookNode:
     nb = jupytext.reads(expand(text_path.read_text(), str(text_path)), fmt="py:percent")
-    nb.metadata = nbformat.from_dict({"kernelspec": KERNELSPEC, "language_info": {"name": "python"}})
+    nb.metadata = nbformat.from_dict({"kernelspec": KERNELSPEC, "language_info": LANGUAGE_INFO})
     for index, cell in enumerate(nb.cells):
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
         cell.id = grade_id or f"cell-{index:03d}"

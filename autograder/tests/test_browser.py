@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import pathlib
+import platform
 import re
 import secrets
 import shutil
@@ -28,7 +29,7 @@ import pytest
 import capabilities
 import hpcdl
 from hpcdl import processes
-from hpcdl_course import answers, paths
+from hpcdl_course import answers, notebooks, paths
 from leftovers import pids_holding
 from selection import ASSIGNMENTS
 
@@ -172,6 +173,10 @@ def _open_fill_and_run(page, lab, path: str, filled: dict) -> list:
                                                                               timeout=120_000)
     [session] = [s for s in lab.api("sessions") if s["path"] == path]
     assert session["kernel"]["name"] == nb.metadata.kernelspec.name == "hpcdl"
+    # Opening a notebook and connecting its kernel must not mark it modified: its stored language_info is what
+    # the kernel reports, in the reference environment (hpcdl_course/notebooks.py).
+    if platform.python_version() == notebooks.LANGUAGE_INFO["version"]:
+        expect(page.locator(".lm-TabBar-tab.jp-mod-dirty")).to_have_count(0)
 
     cells = panel.locator(".jp-Notebook .jp-Cell")
     expect(cells).to_have_count(len(nb.cells))
@@ -261,6 +266,19 @@ def test_solution_passes_in_jupyterlab(lab, browser, assignment):
                 if cell.cell_type == "code" and EXPLORER.search(cell.source):
                     _move_slider(page, cells.nth(i))
                     page.screenshot(path=ARTIFACTS / f"{name}-slider.png")
+
+            # Saved and opened again, its progress bars and widgets are still there (their state is saved).
+            from playwright.sync_api import expect
+
+            page.keyboard.press("Control+S")
+            expect(page.locator(".lm-TabBar-tab.jp-mod-dirty")).to_have_count(0)
+            for session in lab.api("sessions"):  # a live kernel would serve the widgets' models again
+                if session["path"] == path:
+                    lab.api(f"sessions/{session['id']}", method="DELETE")
+            page.reload()
+            expect(page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell")).to_have_count(len(nb.cells))
+            page.wait_for_timeout(3000)
+            assert "Error displaying widget" not in page.locator(".jp-NotebookPanel").inner_text()
 
 
 def test_a_wrong_answer_fails_in_jupyterlab(lab, browser):
