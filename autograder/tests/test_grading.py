@@ -160,3 +160,11 @@ def test_feedback_exists_and_hides_hidden_tests(graded, assignment):
             text = html.unescape(re.sub(r"<[^>]+>", "", page))
             assert "HIDDEN TESTS" not in text
             assert [line for line in secret if line in text] == []
+            # The page opens with every graded cell of the notebook by name, with its points.
+            table = page[page.index('class="hpcdl-summary"'):page.index("</table>")]
+            nb = nbformat.read(paths.SOLUTIONS / assignment / f"{name}.ipynb", as_version=4)
+            for cell in nb.cells:
+                meta = cell.metadata.get("nbgrader", {})
+                if meta.get("grade"):
+                    assert re.search(rf"<code>{meta['grade_id']}</code></a></td>\s*<td>[\d.]+ / "
+                                     rf"{float(meta['points'])}</td>", table), meta["grade_id"]
