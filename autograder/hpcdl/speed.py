@@ -134,7 +134,7 @@ def _remote_seconds(fn, make_args, reference, name, round_trip) -> float:
         positions = [random.randrange(1 << 62) for _ in sets]
         _wake_the_card()  # also waits for this process's copies of the inputs, still being made on the card
         start = time.perf_counter()
-        picked = worker.request({"op": "run_timed", "name": fn._name, "positions": positions}, what=name)["picked"]
+        picked = worker.request({"op": "run_timed", **fn._target(), "positions": positions}, what=name)["picked"]
         seconds = max(time.perf_counter() - start - round_trip, 1e-9) / BATCH_CALLS
         if reference is not None:
             _check_picked(picked, reference, sets, positions, name)

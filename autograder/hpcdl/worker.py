@@ -142,6 +142,8 @@ class Worker:
         """Call the function once per loaded argument set; reply with one element of each output, at the
         positions the checker drew: reading them waits for the work (the checker checks them later)."""
         fn = self.target(request)
+        if request.get("attr"):
+            fn = getattr(fn, request["attr"])
         self.outputs = [fn(*args) for args in self.sets]
         picked = [_element(self.outputs[i], position) for i, position in enumerate(request.get("positions", []))]
         self.synchronize()

@@ -22,6 +22,10 @@ def memoised(x, y):
 
 def transposed(x, y):
     return (x + y).t()
+
+class Adder:
+    def forward(self, x, y):
+        return x + y
 '''
 
 
@@ -57,6 +61,12 @@ def test_elements_are_read_in_row_major_order_of_any_layout(worker):
     picked = worker.request({"op": "run_timed", "name": "transposed", "positions": [0, 1, 36]}, what="batch")["picked"]
     expected = [(x + y).t().reshape(-1)[p] for (x, y), p in zip(sets, [0, 1, 1])]
     assert torch.equal(picked, torch.stack(expected).cpu())
+
+
+def test_methods_of_objects_in_the_worker_are_timed_too(worker):
+    adder = remote.RemoteCallable(worker, "Adder")()  # an object that cannot travel comes back as a handle
+    method = remote.RemoteCallable(worker, handle=adder._handle, attr="forward", label="Adder().forward")
+    assert speed._remote_seconds(method, inputs, torch.add, "Adder().forward", 0.0) > 0
 
 
 def test_a_result_reused_across_timed_calls_fails(worker):
