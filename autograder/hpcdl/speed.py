@@ -96,9 +96,9 @@ def _batch_round_trip(worker) -> float:
     """Seconds this process waits for a timed batch that does no work: the pipes, the sandbox, reading an
     element of each output and the worker's final synchronize, with no learner code anywhere. Measured once,
     on a worker of its own (same command, same sandbox) whose function returns its input, so the learner's
-    process cannot make it longer. Its
-    smallest of several samples is taken from each batch's time: on some machines (gVisor, as on the course's
-    H200) a round trip costs about a millisecond, as much as 20 calls of a small kernel."""
+    process cannot make it longer. Its smallest of several samples is taken from each batch's time: on some
+    machines (gVisor, as on the course's H200) a round trip costs about a millisecond, as much as 20 calls of a
+    small kernel."""
     from . import remote
 
     key = (tuple(worker.command), repr(sorted((worker.env or {}).items())))
@@ -136,31 +136,32 @@ def _remote_seconds(fn, make_args, reference, name, round_trip) -> float:
         start = time.perf_counter()
         picked = worker.request({"op": "run_timed", **fn._target(), "positions": positions}, what=name)["picked"]
         seconds = max(time.perf_counter() - start - round_trip, 1e-9) / BATCH_CALLS
+        verified = random.Random().sample(range(BATCH_CALLS), VERIFIED_PER_BATCH)
+        whole = {i: worker.request({"op": "fetch", "index": i}, what=f"the output of {name}")["result"]
+                 for i in verified}
         if reference is not None:
-            _check_picked(picked, reference, sets, positions, name)
-        for index in random.Random().sample(range(BATCH_CALLS), VERIFIED_PER_BATCH):
-            out = worker.request({"op": "fetch", "index": index}, what=f"the output of {name}")["result"]
-            if reference is not None:
-                problem = compare(out, reference(*sets[index]))
-                if problem:
-                    raise CheckFailed(f"{name} is wrong on timed call {index + 1} of a batch: {problem}. "
-                                      f"Every timed call gets new inputs: a result reused from an earlier call fails")
+            _check_batch(picked, whole, reference, sets, positions, name)
         if repeat:
             times.append(seconds)
         del sets
     return statistics.median(times)
 
 
-def _check_picked(picked, reference, sets, positions, name):
-    """The elements the worker replied with are those of the right outputs (one reference output at a time)."""
-    want = []
-    for args, position in zip(sets, positions):
-        out = reference(*args).reshape(-1)
-        want.append(out[position % out.numel()])
+def _check_batch(picked, whole, reference, sets, positions, name):
+    """The elements the worker replied with, and the whole outputs fetched ({index: output}), are those of
+    the reference; each reference output is computed once, and dropped before the next."""
+    want, wrong_whole = [], None
+    for index, (args, position) in enumerate(zip(sets, positions)):
+        expected = reference(*args)
+        flat = expected.reshape(-1)
+        want.append(flat[position % flat.numel()])
+        if index in whole and wrong_whole is None:
+            problem = compare(whole[index], expected)
+            wrong_whole = problem and f"{name} is wrong on timed call {index + 1} of a batch: {problem}"
     problem = compare(picked, torch.stack(want).cpu()) if isinstance(picked, torch.Tensor) else "no elements came back"
-    if problem:
-        raise CheckFailed(f"{name} is wrong on the timed calls: {problem}. Every timed call gets new inputs: a "
-                          f"result reused from an earlier call fails")
+    wrong = f"{name} is wrong on the timed calls: {problem}" if problem else wrong_whole
+    if wrong:
+        raise CheckFailed(f"{wrong}. Every timed call gets new inputs: a result reused from an earlier call fails")
 
 
 def _copy_bandwidth_like(nbytes: int) -> float:

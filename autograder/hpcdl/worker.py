@@ -118,10 +118,13 @@ class Worker:
             found.append(k)
         return found
 
-    def call(self, request):
+    def callee(self, request):
+        """The function a call names: a global or a handle, or a method of one (`attr`)."""
         fn = self.target(request)
-        if request.get("attr"):
-            fn = getattr(fn, request["attr"])
+        return getattr(fn, request["attr"]) if request.get("attr") else fn
+
+    def call(self, request):
+        fn = self.callee(request)
         args, kwargs = request.get("args", ()), request.get("kwargs", {})
         if not request.get("checked"):
             return {"result": fn(*args, **kwargs)}
@@ -141,9 +144,7 @@ class Worker:
     def run_timed(self, request):
         """Call the function once per loaded argument set; reply with one element of each output, at the
         positions the checker drew: reading them waits for the work (the checker checks them later)."""
-        fn = self.target(request)
-        if request.get("attr"):
-            fn = getattr(fn, request["attr"])
+        fn = self.callee(request)
         self.outputs = [fn(*args) for args in self.sets]
         picked = [_element(self.outputs[i], position) for i, position in enumerate(request.get("positions", []))]
         self.synchronize()

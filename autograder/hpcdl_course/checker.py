@@ -56,9 +56,7 @@ class Checker:
         self.cells = spec["cells"]
         self.answer_errors, self.names = {}, {}
         self.flags = []
-        self.worker = remote.WorkerProcess(
-            sandbox.command([sys.executable, "-m", "hpcdl.worker"]), env=sandbox.environment(),
-            timeout=REQUEST_TIMEOUT, preexec_fn=sandbox.set_limits, on_start=self._run_worker_cells)
+        self.worker = sandbox.worker(timeout=REQUEST_TIMEOUT, on_start=self._run_worker_cells)
 
     def _run_worker_cells(self, worker):
         cells = [{"id": c["id"], "source": c["source"], "answer": c["role"] == "answer"}

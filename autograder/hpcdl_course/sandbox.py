@@ -140,6 +140,15 @@ def set_limits() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (CPU_MEMORY_LIMIT, CPU_MEMORY_LIMIT))
 
 
+def worker(**kwargs):
+    """A grading worker (`python -m hpcdl.worker`) that will run in the sandbox, with its environment and
+    limits; kwargs go to hpcdl.remote.WorkerProcess (timeout, on_start)."""
+    from hpcdl import remote
+
+    return remote.WorkerProcess(command([sys.executable, "-m", "hpcdl.worker"]), env=environment(),
+                                preexec_fn=set_limits, **kwargs)
+
+
 _PROBE = """
 import json, os, socket
 seen = {"uid": os.getuid(), "can_read": {}, "network": None, "gpu": None}
