@@ -32,7 +32,7 @@ def vector_add_table(path) -> str:
         f"| device-to-device copy, 2 GiB (bytes read + written) | {copy:.0f} GB/s |",
         "| matmul 8192^3 (fp32 without TF32 / fp16 / bf16) | "
         + " / ".join(f"{r['matmul_tflops'][k]:.0f}" for k in ("fp32", "fp16", "bf16")) + " TFLOP/s |",
-        f"| 01 reference `vector_add`, 2^26 fp32 (graded: >= 90% of copy) | {at['solution']:.0f} GB/s "
+        f"| 01 reference `vector_add`, 2^26 fp32 (graded: >= 85% of copy, see below) | {at['solution']:.0f} GB/s "
         f"({at['solution'] / copy:.0%} of copy) |",
         f"| `torch.add`, 2^26 fp32 | {at['torch.add']:.0f} GB/s ({at['torch.add'] / copy:.0%}) |",
         f"| wrong answer `zeros_instead_of_empty` (counted at 12 B/element) | {at['zeros_instead_of_empty']:.0f} GB/s "
@@ -68,7 +68,32 @@ def softmax_table(path) -> str:
     return "\n".join(rows)
 
 
-TABLES = {"vector_add": vector_add_table, "softmax": softmax_table}
+def fused_mlp_table(path) -> str:
+    r = json.loads(pathlib.Path(path).read_text())
+    rows = ["#### 04 fused MLP", "", _how(r, path), "",
+            f"Copy: {r['copy_gbps']:.0f} GB/s; fp16 matmul 8192^3: {r['fp16_matmul_tflops']:.0f} TFLOP/s. Medians of "
+            f"the runs; ratios are the worst run's; the thresholds are those the notebook had when it ran.", ""]
+    for name in ("bias_gelu", "linear_gelu"):
+        g = r[name]
+        labels = [k for k in g["median"] if k != "copy"]
+        shape = " x ".join(str(n) for n in g["shape"])
+        rows += [f"| {shape} {g['dtype']}, {g['unit']} | " + " | ".join(f"`{k}`" for k in labels) + " |",
+                 "|---|" + "---|" * len(labels),
+                 "| median | " + " | ".join(f"{g['median'][k]:.0f}" for k in labels) + " |", "",
+                 f"Graded `{name}`: " + ", ".join(f"{k} {g['worst_ratios'][k]:.2f} (needs {v})"
+                                                   for k, v in g["thresholds"].items())
+                 + f"; passes every run: {'yes' if g['passes_every_run'] else 'NO'}.", ""]
+    rows += ["| K, at 4096 x 11008 (TFLOP/s) | eager `gelu(addmm)` | `linear_gelu` | cuBLAS matmul alone | "
+             "measured `linear_gelu` / eager | best possible by the notebook's model |",
+             "|---|---|---|---|---|---|"]
+    for k in r["k_sweep"]:
+        rows.append(f"| {k['K']} | {k['eager gelu(addmm)']:.0f} | {k['linear_gelu']:.0f} | "
+                    f"{k['cuBLAS matmul alone']:.0f} | {k['measured_speedup_vs_eager']:.2f} | "
+                    f"{k['best_epilogue_speedup']:.2f} |")
+    return "\n".join(rows)
+
+
+TABLES = {"vector_add": vector_add_table, "softmax": softmax_table, "fused_mlp": fused_mlp_table}
 
 
 def tables() -> str:

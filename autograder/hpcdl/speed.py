@@ -8,8 +8,8 @@ At grading time the learner's function lives in the worker process (remote.py) a
 the checker: every timed call gets fresh inputs of its own, the checker's clock measures a batch
 of calls (the worker cannot change it) and stops only when an element of every output has arrived,
 those elements and two whole outputs picked after the timing are checked against the reference,
-the messages' round trip (measured on a worker without learner code) is taken off, and a speed
-above what this card's memory allows is rejected.
+what a batch of trusted torch.add pays beyond its work along the same path (measured on a worker
+without learner code) is taken off, and a speed above what this card's memory allows is rejected.
 """
 import os
 import random
@@ -19,7 +19,7 @@ import time
 import torch
 
 from . import ceilings
-from .check import CheckFailed, compare
+from .check import CheckFailed, compare, generator, new_seed, random_tensor
 from .device import DEVICE, ON_GPU
 from .timing import time_function
 
@@ -66,11 +66,14 @@ def _synchronize():
         torch.cuda.synchronize()
 
 
-def _wake_the_card(seconds=0.02):
-    """Keep the GPU busy for a moment, then wait for it: after the idle time of moving inputs and outputs, its
-    clocks have dropped (an idle H200 shows 345 MHz), and a timed batch of a few milliseconds would pay for
-    their climb."""
-    if not ON_GPU:
+WAKE_SECONDS = 0.02
+
+
+def wake_the_card(seconds=WAKE_SECONDS):
+    """Keep the GPU busy for a moment, then wait for it: an idle H200 drops its SM clock to 345 MHz, and their
+    climb back would be charged to the next timed batch of a few milliseconds. The worker does this as it loads
+    a batch's inputs (a learner who removes it only loses speed)."""
+    if not ON_GPU or seconds <= 0:
         return
     a = torch.rand(2048, 2048, device="cuda")
     end = time.perf_counter() + seconds
@@ -89,53 +92,61 @@ def _local_batch_seconds(fn, sets) -> float:
     return (time.perf_counter() - start) / len(sets)
 
 
-_round_trips = {}
+_overheads = {}
+CALIBRATION_ELEMENTS = 1 << 24 if ON_GPU else 1 << 12  # on a CPU speed is not graded: only the path is tested
+CALIBRATION_CELL = "import torch\n\ndef add(x, y):\n    return torch.add(x, y)\n"
 
 
-def _batch_round_trip(worker) -> float:
-    """Seconds this process waits for a timed batch that does no work: the pipes, the sandbox, reading an
-    element of each output and the worker's final synchronize, with no learner code anywhere. Measured once,
-    on a worker of its own (same command, same sandbox) whose function returns its input, so the learner's
-    process cannot make it longer. Its smallest of several samples is taken from each batch's time: on some
-    machines (gVisor, as on the course's H200) a round trip costs about a millisecond, as much as 20 calls of a
-    small kernel."""
+def _calibration_inputs():
+    g = generator(new_seed())
+    return tuple(random_tensor((CALIBRATION_ELEMENTS,), torch.float32, generator=g) for _ in range(2))
+
+
+def _batch_overhead(worker) -> float:
+    """Seconds a timed batch costs beyond its calls' own work: the pipes' round trip, the sandbox and whatever
+    else a batch timed from this process pays (on the course's H200, 0.9-1.5 ms a batch, for torch's kernels and
+    Triton's alike, as much as 20 calls of a small kernel). Measured on a worker of its own (same command, same
+    sandbox, no learner code; the learner's worker is paused meanwhile), which runs torch.add exactly as a
+    learner's function is timed (fresh inputs, elements picked, outputs fetched and checked), against the same
+    batches run in this process. The smallest of 3 is taken off each of the learner's batches: the learner's
+    code cannot make it larger."""
     from . import remote
 
     key = (tuple(worker.command), repr(sorted((worker.env or {}).items())))
-    if key not in _round_trips:
+    if key not in _overheads:
         echo = remote.WorkerProcess(worker.command, env=worker.env, preexec_fn=worker.preexec_fn, timeout=300)
         try:
-            echo.request({"op": "run_cells", "cells": [{"id": "same", "source": "def same(x):\n    return x\n",
-                                                        "answer": False}]}, what="the empty worker")
-            sets = [(torch.rand(16, device=DEVICE),) for _ in range(BATCH_CALLS)]
-            echo.request({"op": "load_sets", "sets": sets}, what="the empty worker")
-            samples = []
-            for _ in range(3 + 9):  # the first ones start CUDA and warm the pipes
-                start = time.perf_counter()
-                echo.request({"op": "run_timed", "name": "same", "positions": list(range(BATCH_CALLS))},
-                             what="the empty worker")
-                samples.append(time.perf_counter() - start)
-            _round_trips[key] = min(samples[3:])
+            echo.request({"op": "run_cells", "cells": [{"id": "add", "source": CALIBRATION_CELL, "answer": False}]},
+                         what="the calibration worker")
+            add, samples = remote.RemoteCallable(echo, "add", label="the calibration"), []
+            for _ in range(3):
+                remote_s = _remote_seconds(add, _calibration_inputs, torch.add, "the calibration", 0.0)
+                sets = [_calibration_inputs() for _ in range(BATCH_CALLS)]
+                wake_the_card()
+                local_s = min(_local_batch_seconds(torch.add, sets) for _ in range(BATCH_REPEATS))
+                samples.append(max(remote_s - local_s, 0.0) * BATCH_CALLS)
+                del sets
+            _overheads[key] = min(samples)
         finally:
             echo.stop()
-    return _round_trips[key]
+    return _overheads[key]
 
 
-def _remote_seconds(fn, make_args, reference, name, round_trip) -> float:
-    """Median seconds per call of a worker's function, timed by this process's clock, less the round trip of a
-    batch (measured apart, see _batch_round_trip)."""
+def _remote_seconds(fn, make_args, reference, name, overhead) -> float:
+    """Median seconds per call of a worker's function, timed by this process's clock, less the overhead of a
+    batch (measured apart, see _batch_overhead)."""
     worker = fn._worker
     times = []
     for repeat in range(BATCH_REPEATS + 1):  # the first batch compiles and warms up: not counted
         sets = [make_args() for _ in range(BATCH_CALLS)]
-        worker.request({"op": "load_sets", "sets": sets}, what=f"loading the inputs of {name}")
+        worker.request({"op": "load_sets", "sets": sets, "wake_s": WAKE_SECONDS}, what=f"loading the inputs of {name}")
         # The clock stops when an element of every output has arrived: the worker cannot reply before its work
         # is done (these elements are checked below), whatever its own code says about synchronizing.
         positions = [random.randrange(1 << 62) for _ in sets]
-        _wake_the_card()  # also waits for this process's copies of the inputs, still being made on the card
+        _synchronize()
         start = time.perf_counter()
         picked = worker.request({"op": "run_timed", **fn._target(), "positions": positions}, what=name)["picked"]
-        seconds = max(time.perf_counter() - start - round_trip, 1e-9) / BATCH_CALLS
+        seconds = max(time.perf_counter() - start - overhead, 1e-9) / BATCH_CALLS
         verified = random.Random().sample(range(BATCH_CALLS), VERIFIED_PER_BATCH)
         whole = {i: worker.request({"op": "fetch", "index": i}, what=f"the output of {name}")["result"]
                  for i in verified}
@@ -196,9 +207,10 @@ def bandwidth_fraction(fn, make_args, *, bytes_moved: int, min_fraction: float, 
     if _is_remote(fn):
         with _pausing_worker(fn):
             peak = _copy_bandwidth_like(bytes_moved)
-            round_trip = _batch_round_trip(fn._worker)
-        seconds = _remote_seconds(fn, make_args, reference, name, round_trip)
-        how = f"checker's clock, fresh inputs per call, less {round_trip * 1e3:.2f} ms of messages per batch"
+            overhead = _batch_overhead(fn._worker)
+        seconds = _remote_seconds(fn, make_args, reference, name, overhead)
+        how = (f"checker's clock, fresh inputs per call, less the {overhead * 1e3:.2f} ms that a batch of torch.add "
+               f"also pays here")
     else:
         args = make_args()
         _check_result(fn, args, reference, name)
@@ -230,8 +242,8 @@ def speedup(fn, baseline, make_args, *, min_speedup: float, name: str, baseline_
             t_base = min(_local_batch_seconds(baseline, sets) for _ in range(BATCH_REPEATS))
             del sets
             peak = _copy_bandwidth_like(bytes_moved) if bytes_moved else None
-            round_trip = _batch_round_trip(fn._worker)
-        t_fn = _remote_seconds(fn, make_args, reference, name, round_trip)
+            overhead = _batch_overhead(fn._worker)
+        t_fn = _remote_seconds(fn, make_args, reference, name, overhead)
     else:
         args = make_args()
         _check_result(fn, args, reference, name)

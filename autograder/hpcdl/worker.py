@@ -50,9 +50,9 @@ class Worker:
     def __init__(self):
         import torch
 
-        from . import check, device, launches, wire
+        from . import check, device, launches, speed, wire
 
-        self.torch, self.check, self.launches, self.wire = torch, check, launches, wire
+        self.torch, self.check, self.launches, self.speed, self.wire = torch, check, launches, speed, wire
         self.device = device.DEVICE
         self.namespace = {"__name__": "__main__"}
         self.objects = {}  # ref -> object kept here for the checker
@@ -138,6 +138,7 @@ class Worker:
 
     def load_sets(self, request):
         self.sets, self.outputs = list(request["sets"]), []
+        self.speed.wake_the_card(float(request.get("wake_s", 0)))
         self.synchronize()
         return {}
 

@@ -92,7 +92,7 @@ DEVICE = hpcdl.DEVICE
 #
 # **Graded** (11 points): values on odd sizes (3), non-contiguous and multi-dimensional inputs (1),
 # the errors (1), that the result comes from your kernel (2), hidden tests with more sizes and dtypes (2),
-# and, on a CUDA GPU only, speed: at least 90% of this card's copy bandwidth at `2**26` float32
+# and, on a CUDA GPU only, speed: at least 85% of this card's copy bandwidth at `2**26` float32
 # elements (2).
 
 # %% [answer add_kernel]
@@ -223,8 +223,10 @@ hpcdl.plots.plot_bandwidth(sizes, sweep, ceiling_gbps=ceilings.bandwidth / 1e9, 
 # %% [markdown]
 # ## Graded on a GPU: speed
 #
-# At `2**26` float32 elements your `vector_add` must move its `12 * 2**26` bytes at no less than 90% of
-# this card's copy bandwidth, measured just before, in the same process. Without a CUDA GPU this cell
+# At `2**26` float32 elements your `vector_add` must move its `12 * 2**26` bytes at no less than 85% of
+# this card's copy bandwidth, measured just before by the grader. The grader times a batch of calls from
+# outside your process and takes off what its own messages cost; on an H200 the reference solution
+# measured 100% of the copy bandwidth with `do_bench` and 77-83% by the grader before that correction. Without a CUDA GPU this cell
 # fails with a message saying so and scores 0: no speed point is ever given without a GPU measurement.
 
 # %% [test test_speed 2]
@@ -232,5 +234,5 @@ def speed_inputs(n=2**26):
     return add_inputs((n,), torch.float32, hpcdl.check.generator(hpcdl.check.new_seed()))
 
 
-hpcdl.speed.bandwidth_fraction(vector_add, speed_inputs, bytes_moved=12 * 2**26, min_fraction=0.90,
+hpcdl.speed.bandwidth_fraction(vector_add, speed_inputs, bytes_moved=12 * 2**26, min_fraction=0.85,
                                name="vector_add at 2**26 float32", reference=add_reference)

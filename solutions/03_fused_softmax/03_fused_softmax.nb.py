@@ -130,7 +130,7 @@ BEST_SPEEDUP = (NAIVE_READS + NAIVE_WRITES) / (FUSED_READS + FUSED_WRITES)
 #
 # **Graded** (12 points): values on odd shapes, float16 and large values (3); views with row strides and
 # a transpose (1); the errors of this and of Exercise 3 (1); that the result comes from your kernel (2);
-# hidden tests with fresh random shapes and data (2); and, on a CUDA GPU only, speed at 4096 × 4096
+# hidden tests with fresh random shapes and data (2); and, on a CUDA GPU only, speed at 8192 × 8192
 # float32 (3, see the end of the notebook). bfloat16 is checked only on a GPU: Triton's CPU interpreter
 # computes it wrongly.
 
@@ -560,23 +560,30 @@ figure.axes[0].set_xlabel("row length (columns); rows = elements / row length");
 # Without a CUDA GPU these cells fail with a message saying so and score 0: no speed point is ever given
 # without a GPU measurement.
 #
-# - `softmax` at 4096 × 4096 (3 points): at least 75% of this card's copy bandwidth, charged one read and
+# The grader times a batch of calls, one after another. Each call pays for its launch from Python, and a
+# Triton launch costs more than a PyTorch one: on the course's H200, 30-50 µs, longer than the whole
+# kernel at 4096 × 4096 (about 37 µs). There back-to-back calls would time the launches, not your kernel,
+# so `softmax` is graded at 8192 × 8192, where one call moves 512 MB.
+#
+# - `softmax` at 8192 × 8192 (3 points): at least 65% of this card's copy bandwidth, charged one read and
 #   one write of the matrix; at least 1.2 times as fast as `torch.softmax`; at least 3 times as fast as
 #   `naive_softmax`.
 # - `online_softmax` at 1024 × 65536 with its default block (2 points): at least 1.1 times as fast as
-#   `torch.softmax` and 3 times as fast as `naive_softmax`. On an H200 a simple one-row-per-program
-#   `softmax` reached 85% of the copy bandwidth and 1.55 times `torch.softmax` at 4096 × 4096, and the
-#   reference `online_softmax` 1.4 times `torch.softmax` and 3.5 times `naive_softmax` at 1024 × 65536.
+#   `torch.softmax` and 2.5 times as fast as `naive_softmax`.
+#
+# The reference solutions, timed by the grader on an H200: `softmax` at 8192 × 8192 reached 70% of the
+# copy bandwidth and 1.53 times `torch.softmax`; `online_softmax` 1.10-1.16 times `torch.softmax` and
+# 2.7-2.8 times `naive_softmax` (`autograder/benchmarks/results/h200-2026-12-03-grader-clock.log`).
 
 # %% [test test_speed_softmax 3]
-matrix_bytes = 2 * 4096 * 4096 * 4
-hpcdl.speed.bandwidth_fraction(softmax, speed_matrix(4096, 4096), bytes_moved=matrix_bytes, min_fraction=0.75,
-                               name="softmax at 4096 x 4096 float32", reference=softmax_reference)
-hpcdl.speed.speedup(softmax, torch_softmax, speed_matrix(4096, 4096), min_speedup=1.2,
-                    name="softmax at 4096 x 4096 float32", baseline_name="torch.softmax",
+matrix_bytes = 2 * 8192 * 8192 * 4
+hpcdl.speed.bandwidth_fraction(softmax, speed_matrix(8192, 8192), bytes_moved=matrix_bytes, min_fraction=0.65,
+                               name="softmax at 8192 x 8192 float32", reference=softmax_reference)
+hpcdl.speed.speedup(softmax, torch_softmax, speed_matrix(8192, 8192), min_speedup=1.2,
+                    name="softmax at 8192 x 8192 float32", baseline_name="torch.softmax",
                     reference=softmax_reference, bytes_moved=matrix_bytes)
-hpcdl.speed.speedup(softmax, naive_softmax, speed_matrix(4096, 4096), min_speedup=3.0,
-                    name="softmax at 4096 x 4096 float32", baseline_name="naive_softmax",
+hpcdl.speed.speedup(softmax, naive_softmax, speed_matrix(8192, 8192), min_speedup=3.0,
+                    name="softmax at 8192 x 8192 float32", baseline_name="naive_softmax",
                     reference=softmax_reference, bytes_moved=matrix_bytes)
 
 # %% [test test_speed_online 2]
@@ -584,6 +591,6 @@ long_rows_bytes = 2 * 1024 * 65536 * 4
 hpcdl.speed.speedup(online_softmax, torch_softmax, speed_matrix(1024, 65536), min_speedup=1.1,
                     name="online_softmax at 1024 x 65536 float32", baseline_name="torch.softmax",
                     reference=softmax_reference, bytes_moved=long_rows_bytes)
-hpcdl.speed.speedup(online_softmax, naive_softmax, speed_matrix(1024, 65536), min_speedup=3.0,
+hpcdl.speed.speedup(online_softmax, naive_softmax, speed_matrix(1024, 65536), min_speedup=2.5,
                     name="online_softmax at 1024 x 65536 float32", baseline_name="naive_softmax",
                     reference=softmax_reference, bytes_moved=long_rows_bytes)

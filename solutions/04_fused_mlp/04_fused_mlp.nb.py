@@ -270,10 +270,11 @@ def bias_gelu(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
 #
 # ```python
 # @triton.autotune(configs=LINEAR_GELU_CONFIGS, key=["M", "N", "K"])
+# @triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0})
 # @triton.jit
 # def linear_gelu_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_xk, stride_wn,
 #                        stride_wk, stride_om, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-#                        BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr)
+#                        BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr)
 #
 # def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor
 # ```
@@ -284,9 +285,19 @@ def bias_gelu(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
 # **Tiles.** A program computes one `BLOCK_M × BLOCK_N` tile of the output: it walks K in steps of
 # `BLOCK_K`, loads a `BLOCK_M × BLOCK_K` block of `x` and a `BLOCK_K × BLOCK_N` block of `weight.T` (element
 # `(k, n)` of `weight.T` is at `w_ptr + n * stride_wn + k * stride_wk`), and adds their product,
-# `tl.dot(a, b)`, to a float32 accumulator. Mask every load on its edges with `other=0.0`: a zero in `a` or
-# in `b` adds nothing to the sum, and both blocks need it, since `0 * NaN` is NaN. Then the **epilogue**: add
-# the bias to the accumulator, apply `tl_gelu_tanh`, convert to the output's dtype and store with a mask.
+# `tl.dot(a, b)`, to a float32 accumulator. Then the **epilogue**: add the bias to the accumulator, apply
+# `tl_gelu_tanh`, convert to the output's dtype and store with a mask on the rows and columns.
+#
+# **Edges without masked loads.** A mask on every load of the K loop costs time: on an H200 an earlier
+# version of this notebook's reference, which masked every load, ran at 457 TFLOP/s, and this one at 512
+# (`autograder/benchmarks/results/`). Rows and columns past the edge need no mask: load row `rows % M` and
+# column `cols % N` instead, which exist; what they compute lands in rows and columns that are never stored.
+# The K tail does need one: when K is not a multiple of `BLOCK_K`, the last step's lanes past K must load
+# `other=0.0` in both blocks (a zero adds nothing to the sum; both need it, since `0 * NaN` is NaN).
+# `EVEN_K`, computed by `triton.heuristics` from K and the configuration's `BLOCK_K`, is a compile-time
+# constant: with `if EVEN_K:` the kernel compiled for K = 4096 has no mask at all. Optional: the reference
+# also passes the wrapped indices through `tl.multiple_of` and `tl.max_contiguous`, hints the compiler
+# cannot derive after `%` (479 TFLOP/s without them, 512 with).
 #
 # **Grouped order.** Launch a 1-D grid of `cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)` programs. Programs that run
 # at the same time should share their blocks of `x` and `weight` in L2. Numbered row by row, consecutive
@@ -321,11 +332,11 @@ def bias_gelu(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
 ### BEGIN SOLUTION
 if hpcdl.ON_GPU:  # autotune times these on the first call for each (M, N, K) and keeps the fastest
     LINEAR_GELU_CONFIGS = [
-        triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=3, num_warps=8),
         triton.Config({"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=3, num_warps=8),
-        triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=4, num_warps=8),
+        triton.Config({"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=4, num_warps=8),
+        triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=3, num_warps=8),
+        triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=3, num_warps=8),
         triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=4, num_warps=4),
-        triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=4, num_warps=4),
     ]
 else:  # the interpreter cannot time configurations: exactly one, small
     LINEAR_GELU_CONFIGS = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2})]
@@ -333,10 +344,11 @@ else:  # the interpreter cannot time configurations: exactly one, small
 
 
 @triton.autotune(configs=LINEAR_GELU_CONFIGS, key=["M", "N", "K"])
+@triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0})
 @triton.jit
 def linear_gelu_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk,
                        stride_om, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       GROUP_M: tl.constexpr):
+                       GROUP_M: tl.constexpr, EVEN_K: tl.constexpr):
     """One BLOCK_M x BLOCK_N tile of gelu_tanh(x @ w.T + bias), tiles in grouped order."""
     ### BEGIN SOLUTION
     pid = tl.program_id(0)
@@ -354,13 +366,19 @@ def linear_gelu_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stri
     ks = tl.arange(0, BLOCK_K)
     row_ok = rows < M
     col_ok = cols < N
-    x_ptrs = x_ptr + rows[:, None] * stride_xm + ks[None, :] * stride_xk   # BLOCK_M x BLOCK_K
-    w_ptrs = w_ptr + ks[:, None] * stride_wk + cols[None, :] * stride_wn   # BLOCK_K x BLOCK_N: w.T
+    # rows and columns past the edge read rows and columns that exist; their results are not stored
+    rows_in = tl.max_contiguous(tl.multiple_of(rows % M, BLOCK_M), BLOCK_M)
+    cols_in = tl.max_contiguous(tl.multiple_of(cols % N, BLOCK_N), BLOCK_N)
+    x_ptrs = x_ptr + rows_in[:, None] * stride_xm + ks[None, :] * stride_xk   # BLOCK_M x BLOCK_K
+    w_ptrs = w_ptr + ks[:, None] * stride_wk + cols_in[None, :] * stride_wn   # BLOCK_K x BLOCK_N: w.T
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        k_ok = ks < K - k0  # the K tail: masked lanes load 0
-        a = tl.load(x_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-        b = tl.load(w_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+        if EVEN_K:
+            a = tl.load(x_ptrs)
+            b = tl.load(w_ptrs)
+        else:  # the K tail: lanes past K load 0
+            a = tl.load(x_ptrs, mask=ks[None, :] < K - k0, other=0.0)
+            b = tl.load(w_ptrs, mask=ks[:, None] < K - k0, other=0.0)
         acc = tl.dot(a, b, acc)
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
@@ -757,15 +775,18 @@ del x, w, b
 #
 # - `bias_gelu` at 16384 × 8192 float16 (2 points): at least 75% of this card's copy bandwidth, charged one
 #   read of `x` and one write of the output, and at least 2.5 times as fast as `eager_bias_gelu`.
-# - `linear_gelu` at 4096 × 11008 × 4096 float16 (3 points): at least 1.05 times as fast as eager
-#   `gelu(addmm(bias, x, w.T))`, and at least 0.85 times as fast as cuBLAS's matmul alone (which does less
+# - `linear_gelu` at 4096 × 11008 × 4096 float16 (3 points): at least 0.7 times as fast as eager
+#   `gelu(addmm(bias, x, w.T))`, and at least 0.7 times as fast as cuBLAS's matmul alone (which does less
 #   work: no bias, no GeLU).
 #
-# The thresholds come from the measurements reported in the course's issue on an H200 (torch 2.11, Triton
-# 3.6): eager `gelu(x + bias)` in float16 moved 1129 GB/s and a simple fused kernel 3692 GB/s (3.3x, 87% of the
-# 4248 GB/s copy bandwidth); at 4096 × 11008 × 4096 eager reached 536 TFLOP/s, cuBLAS's matmul alone 644, a
-# quick autotuned Triton kernel with the epilogue fused 599 (1.12x eager, 93% of cuBLAS) and `torch.compile`
-# 563.
+# Measured on an H200 (torch 2.11, Triton 3.6; `autograder/benchmarks/results/fused_mlp/`, medians of 5
+# runs): eager `gelu(x + bias)` in float16 moved 1150 GB/s, the reference `bias_gelu` 3870 GB/s (3.4x,
+# 91% of the copy bandwidth). At 4096 × 11008 × 4096 eager reached 582 TFLOP/s, cuBLAS's matmul alone 636,
+# `torch.compile` 579 and the reference `linear_gelu` 512 (0.79x eager in its worst run). At this K the
+# fused epilogue can save at most 8% (`best_epilogue_speedup`), and this plain Triton matmul is 20% slower
+# than cuBLAS's: eager wins. Only at K = 256, where the epilogue's memory traffic weighs most, did the
+# fused kernel beat eager (1.09x). The speed cell therefore grades what fusing cannot give you: a matmul
+# within reach of cuBLAS.
 
 # %% [locked speed_helpers]
 def speed_bias_gelu_inputs(rows, cols):
@@ -799,9 +820,9 @@ hpcdl.speed.speedup(bias_gelu, eager_bias_gelu, speed_bias_gelu_inputs(16384, 81
 
 # %% [test test_speed_linear_gelu 3]
 linear_bytes = 2 * (4096 * 4096 + 11008 * 4096 + 4096 * 11008)
-hpcdl.speed.speedup(linear_gelu, eager_linear_gelu, speed_linear_inputs(4096, 11008, 4096), min_speedup=1.05,
+hpcdl.speed.speedup(linear_gelu, eager_linear_gelu, speed_linear_inputs(4096, 11008, 4096), min_speedup=0.7,
                     name="linear_gelu at 4096 x 11008 x 4096 float16", baseline_name="eager gelu(addmm(...))",
                     reference=linear_gelu_reference, bytes_moved=linear_bytes)
-hpcdl.speed.speedup(linear_gelu, cublas_matmul_alone, speed_linear_inputs(4096, 11008, 4096), min_speedup=0.85,
+hpcdl.speed.speedup(linear_gelu, cublas_matmul_alone, speed_linear_inputs(4096, 11008, 4096), min_speedup=0.7,
                     name="linear_gelu at 4096 x 11008 x 4096 float16", baseline_name="cuBLAS matmul alone",
                     reference=linear_gelu_reference, bytes_moved=linear_bytes)
