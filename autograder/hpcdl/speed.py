@@ -108,8 +108,8 @@ def _batch_overhead(worker) -> float:
     Triton's alike, as much as 20 calls of a small kernel). Measured on a worker of its own (same command, same
     sandbox, no learner code; the learner's worker is paused meanwhile), which runs torch.add exactly as a
     learner's function is timed (fresh inputs, elements picked, outputs fetched and checked), against the same
-    batches run in this process. The smallest of 3 is taken off each of the learner's batches: the learner's
-    code cannot make it larger."""
+    batches run in this process (medians of 5 batches both). The smallest of 3 is taken off each of the
+    learner's batches: the learner's code cannot make it larger."""
     from . import remote
 
     key = (tuple(worker.command), repr(sorted((worker.env or {}).items())))
@@ -123,7 +123,8 @@ def _batch_overhead(worker) -> float:
                 remote_s = _remote_seconds(add, _calibration_inputs, torch.add, "the calibration", 0.0)
                 sets = [_calibration_inputs() for _ in range(BATCH_CALLS)]
                 wake_the_card()
-                local_s = min(_local_batch_seconds(torch.add, sets) for _ in range(BATCH_REPEATS))
+                _local_batch_seconds(torch.add, sets)  # warm-up, as the remote batches have one
+                local_s = statistics.median(_local_batch_seconds(torch.add, sets) for _ in range(BATCH_REPEATS))
                 samples.append(max(remote_s - local_s, 0.0) * BATCH_CALLS)
                 del sets
             _overheads[key] = min(samples)
