@@ -7,12 +7,12 @@ are benchmarks.softmax's) (CUDA GPU):
 Thresholds are set to 0 here so every measurement is reported; each check's `what` names the notebook's threshold.
 Beside them, to tell where any difference comes from: the same batches of 20 calls timed inside the checker's
 process on the reference imported there (`local_batch_us`), and inside the worker by code sent to it
-(`worker_self_us`: time to launch 20 calls, wall time and CUDA-event time per call), also after an idle
-gap, as between a batch's inputs and its timed request.
+(`worker_self_us`: time to launch 20 calls, wall time and CUDA-event time per call).
 """
 import io
 import contextlib
 import json
+import statistics
 import sys
 
 import hpcdl  # noqa: F401 (first: it decides whether Triton runs on the GPU)
@@ -28,9 +28,10 @@ from .solution_code import load
 
 # Sent to the worker beside the solution: times a batch of 20 calls there, with inputs made there.
 SELF_TIMING = """
-def _self_timed(name, kind, calls=20, repeats=5, gap_s=0.0):
+def _self_timed(name, kind, calls=20, repeats=5):
     import statistics, time
     import torch
+    from hpcdl.speed import wake_the_card
     fn = globals()[name]
     make = {"vector": lambda: (torch.rand(2**26, device="cuda"), torch.rand(2**26, device="cuda")),
             "4096x4096": lambda: (torch.randn(4096, 4096, device="cuda"),),
@@ -38,12 +39,7 @@ def _self_timed(name, kind, calls=20, repeats=5, gap_s=0.0):
     runs = []
     for _ in range(repeats + 1):
         sets = [make() for _ in range(calls)]
-        a = torch.rand(2048, 2048, device="cuda")
-        end = time.perf_counter() + 0.02
-        while time.perf_counter() < end:
-            a @ a
-            torch.cuda.synchronize()
-        time.sleep(gap_s)  # idle, as between the inputs' arrival and the timed request
+        wake_the_card()
         first, last = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         t0 = time.perf_counter()
         first.record()
@@ -90,7 +86,7 @@ def local_batch_us(fn, make_args):
         speed.wake_the_card()
         times.append(speed._local_batch_seconds(fn, sets) * 1e6)
         del sets
-    return sorted(times[1:])[2]
+    return statistics.median(times[1:])
 
 
 def matrix(rows, cols):

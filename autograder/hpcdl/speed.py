@@ -20,7 +20,7 @@ import torch
 
 from . import ceilings
 from .check import CheckFailed, compare, generator, new_seed, random_tensor
-from .device import DEVICE, ON_GPU
+from .device import ON_GPU
 from .timing import time_function
 
 # No kernel that reads and writes its bytes once beats a plain copy by much; past this, it was not
