@@ -50,7 +50,7 @@ def softmax_table(path) -> str:
     r = json.loads(pathlib.Path(path).read_text())
     rows = ["#### 03 fused softmax", "", _how(r, path), "",
             f"Copy: {r['copy_gbps']:.0f} GB/s. GB/s below count one read and one write of the matrix (medians of "
-            f"the runs); ratios are the worst run's.", ""]
+            f"the runs); ratios are the worst run's; the thresholds are those the notebook had when it ran.", ""]
     for shape, g in r["graded"].items():
         labels = [k for k in g["median_gbps"] if k != "copy"]
         rows += [f"| {shape} fp32 | " + " | ".join(f"`{k}`" for k in labels) + " |",

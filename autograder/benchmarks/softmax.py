@@ -28,8 +28,8 @@ ASSIGNMENT = "03_fused_softmax"
 RUNS = 5
 REP_MS = 100
 GRADED = {  # shape -> the solution function graded there, and its thresholds (as in the notebook's speed cells)
-    (8192, 8192): ("softmax", {"copy_fraction": 0.65, "vs_torch": 1.2, "vs_naive": 3.0}),
-    (1024, 65536): ("online_softmax", {"vs_torch": 1.1, "vs_naive": 2.5}),
+    (8192, 8192): ("softmax", {"copy_fraction": 0.75, "vs_torch": 1.2, "vs_naive": 3.0}),
+    (1024, 65536): ("online_softmax", {"vs_torch": 1.1, "vs_naive": 3.0}),
 }
 SWEEP_ELEMENTS = 2**26
 SWEEP_COLS = [2**k for k in range(8, 19, 2)]

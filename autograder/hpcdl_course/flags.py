@@ -15,6 +15,10 @@ SUSPECT_CALLS = {"open", "exec", "eval", "compile", "__import__", "globals", "va
                  "get_ipython", "breakpoint", "memoryview"}
 # Reading these is harmless; anything else on sys (modules, settrace, stdout replaced...) is flagged.
 HARMLESS_SYS = {"stderr", "stdout", "version_info", "maxsize", "float_info"}
+# hpcdl's own machinery for grading: the worker that runs answers, its messages and guards.
+GRADER_INTERNALS = {"worker", "remote", "wire", "guard", "processes", "isolation"}
+# Frames and their variables: how code finds the objects that called it (the worker, a check).
+FRAME_ATTRS = {"f_back", "f_locals", "f_globals", "f_builtins", "gi_frame", "cr_frame", "ag_frame", "tb_frame"}
 SHARED_NAMES = {"hpcdl", "torch", "triton", "tl", "math", "np", "numpy", "time", "random", "DEVICE"}
 
 
@@ -38,8 +42,12 @@ def review(cell_id: str, source: str, protected: set) -> list:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if isinstance(node, ast.ImportFrom) and node.module == "hpcdl":
+                mods = [f"hpcdl.{a.name}" for a in node.names]
             for m in mods:
-                if m.split(".")[0] in SUSPECT_MODULES:
+                if m.split(".")[:1] == ["hpcdl"] and set(m.split(".")[1:2]) & GRADER_INTERNALS:
+                    flag(node, f"imports {m}, the grader's own machinery")
+                elif m.split(".")[0] in SUSPECT_MODULES:
                     if m == "sys" and isinstance(node, ast.Import):
                         continue  # judged by what it touches, below
                     flag(node, f"imports {m}")
@@ -48,6 +56,10 @@ def review(cell_id: str, source: str, protected: set) -> list:
         elif isinstance(node, ast.Attribute):
             if node.attr.startswith("__") and node.attr.endswith("__") and node.attr not in ("__name__", "__init__"):
                 flag(node, f"reaches for {node.attr}")
+            elif node.attr in FRAME_ATTRS:
+                flag(node, f"reaches for a frame ({node.attr})")
+            elif isinstance(node.value, ast.Name) and node.value.id == "hpcdl" and node.attr in GRADER_INTERNALS:
+                flag(node, f"reaches for hpcdl.{node.attr}, the grader's own machinery")
             elif isinstance(node.value, ast.Name) and node.value.id == "sys" and node.attr not in HARMLESS_SYS:
                 flag(node, f"uses sys.{node.attr}")
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):

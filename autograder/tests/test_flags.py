@@ -1,0 +1,31 @@
+"""The instructor's review flags, without grading: the GPU-only cheats are flagged where they tamper
+(test_cheats grades them on a GPU run only), and no reference answer is flagged."""
+import pathlib
+import tomllib
+
+import pytest
+
+from hpcdl_course import answers, flags, paths
+
+CHEATS = tomllib.loads((pathlib.Path(__file__).parent / "cheats.toml").read_text())["cheat"]
+GPU_CHEATS = [c for c in CHEATS if c.get("gpu")]
+
+
+@pytest.mark.parametrize("cheat", GPU_CHEATS, ids=lambda c: c["name"])
+def test_gpu_cheat_is_flagged_where_it_tampers(cheat):
+    found = [why for cell_id, source in cheat["cells"].items() for why in flags.review(cell_id, source, set())]
+    assert bool(found) == bool(cheat.get("flagged")), found
+
+
+@pytest.mark.parametrize("assignment", paths.assignments())
+def test_reference_answers_are_not_flagged(assignment):
+    found = [why for cell_id, source in answers.solution_sources(assignment).items()
+             for why in flags.review(cell_id, source, set())]
+    assert not found
+
+
+def test_reaching_for_the_graders_machinery_is_flagged():
+    for source in ("import hpcdl.worker", "from hpcdl import remote", "from hpcdl.wire import Encoder",
+                   "w = hpcdl.worker.Worker", "g = (lambda: (yield))()\ncaller = g.gi_frame.f_back"):
+        assert flags.review("answer", source, set()), source
+    assert not flags.review("answer", "import hpcdl\nx = hpcdl.check.random_tensor((3,), None)", set())
