@@ -47,4 +47,5 @@ for path in sorted(work.glob("autograded/*/*/*.ipynb")):
 for path in sorted(work.glob("reports/*/*/*.json")):
     report = json.loads(path.read_text())
     print(f"{path.parent.parent.name}: flags {report['flags']}; printed {report['printed'][-800:]!r}")
+    print(f"{path.parent.parent.name}: seconds {report.get('seconds')}")
 EOF

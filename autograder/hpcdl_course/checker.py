@@ -13,6 +13,7 @@ import io
 import json
 import os
 import sys
+import time
 
 os.environ.setdefault("HPCDL_QUIET", "1")
 os.environ["HPCDL_CEILINGS_CACHE"] = "off"  # a ceiling is measured here, never read from a file
@@ -87,17 +88,20 @@ class Checker:
         return ""
 
     def run(self) -> dict:
-        verdicts = {}
+        verdicts, seconds = {}, {}
+        started = time.perf_counter()
         try:
             self.worker.start()
         except hpcdl.CheckFailed as e:
             self.flags.append(str(e))
+        seconds["starting the worker and running the answer cells"] = time.perf_counter() - started
         ns = self.namespace()
         for cell in self.cells:
             if cell["role"] not in ("locked", "test"):
                 continue
             printed = CappedText()
             error = None
+            started = time.perf_counter()
             with contextlib.redirect_stdout(printed):
                 try:
                     run_source(cell["source"], f"<test cell {cell['id']}>", ns)
@@ -107,6 +111,7 @@ class Checker:
                     error = self.explain(e) or _message(e, cell.get("hidden", False))
                     if isinstance(e, hpcdl.speed.ImpossibleSpeed):
                         self.flags.append(f"{cell['id']}: {e}")
+            seconds[cell["id"]] = time.perf_counter() - started
             if cell["role"] == "test":
                 verdicts[cell["id"]] = {"passed": error is None, "printed": printed.getvalue(), "error": error}
             elif error:
@@ -117,7 +122,7 @@ class Checker:
             self.flags.append(f"printed {self.worker.output_dropped + remote.OUTPUT_LIMIT} bytes or more "
                               f"(kept the first {remote.OUTPUT_LIMIT})")
         return {"verdicts": verdicts, "flags": self.flags, "answer_errors": self.answer_errors,
-                "printed": self.worker.printed()}
+                "printed": self.worker.printed(), "seconds": {k: round(v, 2) for k, v in seconds.items()}}
 
 
 def main(argv=None) -> int:

@@ -6,6 +6,7 @@ costs that submission alone; what went wrong is reported beside its row.
 import csv
 import json
 import os
+import time
 from dataclasses import dataclass, field
 
 from nbgrader.api import Gradebook, MissingEntry
@@ -103,7 +104,9 @@ def grade_folder(folder, assignments=None) -> list:
         print(f"grading {sub.student} / {sub.assignment} ({done} of {total}) ...", flush=True)
         for name in paths.notebook_names(sub.assignment):
             report_path(sub.student, sub.assignment, name).unlink(missing_ok=True)
+        started = time.perf_counter()
         result.problems += autograde(sub)
+        print(f"  took {time.perf_counter() - started:.0f} s", flush=True)
         result.flags = flags(sub.student, sub.assignment)
         if sandboxing == "none":
             result.flags.append("graded without a sandbox (HPCDL_SANDBOX=none)")

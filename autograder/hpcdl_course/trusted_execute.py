@@ -106,7 +106,9 @@ class TrustedExecute(Preprocessor):
                                                            text=f"When graded, this cell raised {err}\n"))
         path = report_path(info["student"], info["assignment"], info["notebook"])
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"flags": review, "printed": result.get("printed", "")}, indent=1))
+        # seconds: how long each cell took in the checker, for an instructor sizing a grading run.
+        path.write_text(json.dumps({"flags": review, "printed": result.get("printed", ""),
+                                    "seconds": result.get("seconds", {})}, indent=1))
         return nb, resources
 
     def check(self, cells) -> dict:

@@ -5,6 +5,7 @@ each right and wrong answer, and a submission that kills its worker. Scores are 
 cell from the gradebook.
 """
 import html
+import json
 import os
 import re
 
@@ -168,3 +169,14 @@ def test_feedback_exists_and_hides_hidden_tests(graded, assignment):
                 if meta.get("grade"):
                     assert re.search(rf"<code>{meta['grade_id']}</code></a></td>\s*<td>[\d.]+ / "
                                      rf"{float(meta['points'])}</td>", table), meta["grade_id"]
+
+
+@pytest.mark.parametrize("assignment", [grouped(a) for a in ASSIGNMENTS])
+def test_reports_say_how_long_each_grade_cell_took(graded, assignment):
+    s = student(assignment, "solution")
+    for name in paths.notebook_names(assignment):
+        seconds = json.loads((paths.work() / "reports" / s / assignment / f"{name}.json").read_text())["seconds"]
+        grade_ids = {c.metadata.nbgrader["grade_id"] for c in nbformat.read(
+            paths.work() / "autograded" / s / assignment / f"{name}.ipynb", as_version=4).cells
+            if c.metadata.get("nbgrader", {}).get("grade")}
+        assert grade_ids <= set(seconds) and all(v >= 0 for v in seconds.values()), seconds
