@@ -45,7 +45,8 @@ def review(cell_id: str, source: str, protected: set) -> list:
             if isinstance(node, ast.ImportFrom) and node.module == "hpcdl":
                 mods = [f"hpcdl.{a.name}" for a in node.names]
             for m in mods:
-                if m.split(".")[:1] == ["hpcdl"] and set(m.split(".")[1:2]) & GRADER_INTERNALS:
+                top, _, sub = m.partition(".")
+                if top == "hpcdl" and sub.split(".")[0] in GRADER_INTERNALS:
                     flag(node, f"imports {m}, the grader's own machinery")
                 elif m.split(".")[0] in SUSPECT_MODULES:
                     if m == "sys" and isinstance(node, ast.Import):
