@@ -27,3 +27,14 @@ def test_results_file_records_how_it_was_measured(path):
 @pytest.mark.skipif(not RECORDED, reason="no GPU results recorded yet")
 def test_readme_tables_are_made_from_the_latest_results():
     assert report.tables() in README, "regenerate with: PYTHONPATH=autograder python -m benchmarks.report"
+
+
+@pytest.mark.parametrize("assignment, graded", [("03_fused_softmax", ("softmax", "online_softmax")),
+                                                ("04_fused_mlp", ("bias_gelu", "linear_gelu"))],
+                         ids=["03", "04"])
+def test_benchmark_thresholds_are_the_notebooks(assignment, graded):
+    """The README's "now needs" comes from the benchmarks' thresholds: they must be the speed cells' own."""
+    source = (paths.SOLUTIONS / assignment / f"{assignment}.nb.py").read_text()
+    in_notebook = sorted(float(v) for v in re.findall(r"min_(?:fraction|speedup)=([\d.]+)", source))
+    now = report.thresholds_now()
+    assert in_notebook == sorted(v for name in graded for v in now[name].values())

@@ -776,7 +776,7 @@ del x, w, b
 # - `bias_gelu` at 16384 × 8192 float16 (2 points): at least 75% of this card's copy bandwidth, charged one
 #   read of `x` and one write of the output, and at least 2.5 times as fast as `eager_bias_gelu`.
 # - `linear_gelu` at 4096 × 11008 × 4096 float16 (3 points): at least 0.7 times as fast as eager
-#   `gelu(addmm(bias, x, w.T))`, and at least 0.7 times as fast as cuBLAS's matmul alone (which does less
+#   `gelu(addmm(bias, x, w.T))`, and at least 0.65 times as fast as cuBLAS's matmul alone (which does less
 #   work: no bias, no GeLU).
 #
 # Measured on an H200 (torch 2.11, Triton 3.6; `autograder/benchmarks/results/fused_mlp/`, medians of 5
@@ -787,6 +787,11 @@ del x, w, b
 # than cuBLAS's: eager wins. Only at K = 256, where the epilogue's memory traffic weighs most, did the
 # fused kernel beat eager (1.09x). The speed cell therefore grades what fusing cannot give you: a matmul
 # within reach of cuBLAS.
+#
+# The grader's own clock, graded through `make grade` on the same H200 (five gradings of the reference
+# kernels): `bias_gelu` at 79-87% of copy and 2.95-3.14x eager; `linear_gelu` at 0.81-0.85x eager and
+# 0.74-0.76x cuBLAS. A correct kernel that masks every load, rows and columns included, reached 0.80x eager
+# and 0.70x cuBLAS.
 
 # %% [locked speed_helpers]
 def speed_bias_gelu_inputs(rows, cols):
@@ -823,6 +828,6 @@ linear_bytes = 2 * (4096 * 4096 + 11008 * 4096 + 4096 * 11008)
 hpcdl.speed.speedup(linear_gelu, eager_linear_gelu, speed_linear_inputs(4096, 11008, 4096), min_speedup=0.7,
                     name="linear_gelu at 4096 x 11008 x 4096 float16", baseline_name="eager gelu(addmm(...))",
                     reference=linear_gelu_reference, bytes_moved=linear_bytes)
-hpcdl.speed.speedup(linear_gelu, cublas_matmul_alone, speed_linear_inputs(4096, 11008, 4096), min_speedup=0.7,
+hpcdl.speed.speedup(linear_gelu, cublas_matmul_alone, speed_linear_inputs(4096, 11008, 4096), min_speedup=0.65,
                     name="linear_gelu at 4096 x 11008 x 4096 float16", baseline_name="cuBLAS matmul alone",
                     reference=linear_gelu_reference, bytes_moved=linear_bytes)
