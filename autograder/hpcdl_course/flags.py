@@ -48,7 +48,7 @@ def review(cell_id: str, source: str, protected: set) -> list:
                 top, _, sub = m.partition(".")
                 if top == "hpcdl" and sub.split(".")[0] in GRADER_INTERNALS:
                     flag(node, f"imports {m}, the grader's own machinery")
-                elif m.split(".")[0] in SUSPECT_MODULES:
+                elif top in SUSPECT_MODULES:
                     if m == "sys" and isinstance(node, ast.Import):
                         continue  # judged by what it touches, below
                     flag(node, f"imports {m}")
