@@ -41,11 +41,20 @@ lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=course $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 # Tests that share a grading run carry one xdist_group, so --dist loadgroup grades each once.
-test: setup
+test: test-tools setup
 	HPCDL_NB=$(NB) $(PY) -m pytest autograder/tests -n $(JOBS) --dist loadgroup $(PYTEST_ARGS)
 
-grade: setup
-	$(PY) -m hpcdl_course grade $(SUBMISSIONS)
+# Run before set-up: what test and grade need outside the venv (env/system-tools.sh). test: bubblewrap
+# and Chromium, installed as root with apt-get, else named in one line; grade: a sandbox that works.
+.PHONY: test-tools grade-tools
+test-tools:
+	@bash env/system-tools.sh test
+grade-tools:
+	@bash env/system-tools.sh grade "$(firstword $(wildcard $(PY)) $(PYTHON))"
+
+# ASSIGNMENT=02_roofline grades only that assignment (a comma-separated list: those).
+grade: grade-tools setup
+	$(PY) -m hpcdl_course grade $(SUBMISSIONS) $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT))
 
 # Refuses to replace notebooks in course/ that hold work; FORCE=1 moves them to course.bak-<time>/.
 release: setup

@@ -51,6 +51,27 @@ c.HTMLExporter.template_file = "hpcdl_feedback.html.j2"
 c.HTMLExporter.extra_template_basedirs = [
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "feedback"),
     os.path.join(os.path.dirname(nbgrader.__file__), "server_extensions", "formgrader", "templates")]
+# Instructors and learners open feedback pages in a browser: nothing a learner wrote may run there.
+# nbconvert's own switch cleans HTML, markdown and SVG outputs and leaves out JavaScript outputs and widget
+# views; nbgrader's template renders markdown cells without it, so the course's template passes every
+# cell's HTML, as rendered, through nbconvert's sanitizer (bleach): the tags markdown and nbconvert write are
+# kept, any other tag (<script>, <iframe>, <svg>, <object>, <style>, ...) is shown as text, attributes other
+# than those below are dropped (no on...=), and links and images keep only http, https, mailto, relative
+# or #anchor addresses (no javascript:, no data:).
+from nbconvert.preprocessors.sanitize import SanitizeHTML  # noqa: E402
+
+c.HTMLExporter.sanitize_html = True
+_FEEDBACK_TAGS = ["a", "abbr", "acronym", "b", "blockquote", "br", "caption", "cite", "code", "col", "colgroup",
+                  "dd", "del", "details", "dfn", "div", "dl", "dt", "em", "figcaption", "figure", "h1", "h2", "h3",
+                  "h4", "h5", "h6", "hr", "i", "img", "ins", "kbd", "li", "mark", "ol", "p", "pre", "q", "s", "samp",
+                  "small", "span", "strong", "sub", "summary", "sup", "table", "tbody", "td", "tfoot", "th", "thead",
+                  "tr", "u", "ul", "var"]
+_FEEDBACK_ATTRIBUTES = {"*": ["class", "id", "title"], "a": ["href", "name"], "img": ["src", "alt", "width", "height"],
+                        "ol": ["start"], "span": ["style"], "td": ["style", "colspan", "rowspan"],
+                        "th": ["style", "colspan", "rowspan"]}
+_FEEDBACK_STYLES = ["color", "background-color", "font-weight", "font-style", "text-decoration", "text-align"]
+c.HTMLExporter.filters = {"hpcdl_sanitize": SanitizeHTML(
+    tags=_FEEDBACK_TAGS, attributes=_FEEDBACK_ATTRIBUTES, styles=_FEEDBACK_STYLES, strip=False).sanitize_html_tags}
 
 # --- C++ answers (hpcdl_course/cpp_stubs.py) ---
 # A `// BEGIN SOLUTION` ... `// END SOLUTION` region is released as a C++ stub that compiles. The

@@ -10,6 +10,14 @@
 #                         CPU mode, PyPI in GPU mode; empty: pip's own configuration.
 #                         An index that does not answer within 5 s is dropped for pip's
 #                         own configuration (what CI uses), with a message.
+#   SETUP_CHECK=1         install nothing: exit 0 if VENV is up to date, else 1 saying so
+#
+# $VENV/.hpcdl-stamp records what the venv was built from: the build of torch with env/'s files,
+# this folder's pyproject.toml, and this folder. Set-up returns at once when all three match, or
+# when a venv set up from another folder has the same pins, satisfies this pyproject.toml and
+# imports packages with the same files as this folder's (a learner distribution run with the
+# instructor's venv). It never reinstalls a venv set up from another folder that still exists:
+# that would replace the other folder's packages in it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -77,14 +85,82 @@ else
   TORCH_INDEX_URL=${TORCH_INDEX_URL-}
 fi
 
-files=(env/*.txt env/*.sh env/*.json)
-[ -f pyproject.toml ] && files+=(pyproject.toml)
-want="$mode $(cat "${files[@]}" | cksum | cut -d' ' -f1,2)"
-have=$(cat "$STAMP" 2>/dev/null || true)
-if [ "$want" = "$have" ]; then
+# What the venv is built from (env/system-tools.sh checks system packages, not the venv).
+files=(env/*.txt env/*.json)
+for f in env/*.sh; do [ "$f" = env/system-tools.sh ] || files+=("$f"); done
+checksum() { cat "$@" | cksum | cut -d' ' -f1,2; }
+here=$(pwd -P)
+want_env="env $mode $(checksum "${files[@]}")"
+want_project="project none"
+[ -f pyproject.toml ] && want_project="project $(checksum pyproject.toml)"
+field() { sed -n "s/^$1 //p" "$STAMP" 2>/dev/null | head -n 1 || true; }
+have_env="env $(field env)"
+have_project="project $(field project)"
+have_from=$(field from)
+have_mode=$(field env | cut -d' ' -f1)
+[ -n "$have_mode" ] || have_mode=$(head -n 1 "$STAMP" 2>/dev/null | cut -d' ' -f1 || true)  # an older stamp
+if [ "$have_env" = "$want_env" ] && [ "$have_project" = "$want_project" ] && [ "$have_from" = "$here" ]; then
   echo "env: $VENV is up to date ($mode)"
   exit 0
 fi
+
+# Why the venv would need this folder's package installed; prints nothing if it would not: this
+# pyproject.toml's Python and dependencies are satisfied, and each of its packages is imported from
+# files equal to this folder's (byte for byte, caches aside).
+differs() {
+  "$VENV/bin/python" -I - "$here" 2>&1 <<'EOF' || true
+import importlib.metadata, importlib.util, pathlib, platform, sys, tomllib
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+
+root = pathlib.Path(sys.argv[1])
+pyproject = tomllib.loads((root / "pyproject.toml").read_text())
+project, tool = pyproject["project"], pyproject.get("tool", {}).get("setuptools", {})
+if platform.python_version() not in SpecifierSet(project.get("requires-python", "")):
+    sys.exit(f"its Python {platform.python_version()} is not {project['requires-python']}")
+for line in project.get("dependencies", []):
+    req = Requirement(line)
+    if req.marker is None or req.marker.evaluate():
+        try:
+            version = importlib.metadata.version(req.name)
+        except importlib.metadata.PackageNotFoundError:
+            sys.exit(f"it has no {req.name}")
+        if not req.specifier.contains(version, prereleases=True):
+            sys.exit(f"its {req.name} {version} is not {req.specifier}")
+
+
+def files(folder):
+    def junk(rel):
+        return rel.suffix == ".pyc" or any(part in ("__pycache__", ".ipynb_checkpoints") or part.endswith(".egg-info")
+                                           for part in rel.parts)
+    return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*")
+            if p.is_file() and not junk(p.relative_to(folder))}
+
+
+for name in tool.get("packages", []):
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit(f"it has no {name} package")
+    found = pathlib.Path(spec.submodule_search_locations[0])
+    if files(found) != files(root / tool.get("package-dir", {}).get("", "") / name):
+        sys.exit(f"its {name} package, {found}, differs from this folder's")
+EOF
+}
+
+if [ -n "$have_from" ] && [ "$have_from" != "$here" ]; then
+  why="its pins or its build of torch differ"
+  if [ "$have_env" = "$want_env" ]; then
+    why="this folder has no pyproject.toml"
+    [ -f pyproject.toml ] && why=$(differs | tail -n 1)
+    if [ -z "$why" ]; then
+      echo "env: $VENV is up to date ($mode; set up from $have_from, with the same packages as this folder)"
+      exit 0
+    fi
+  fi
+  [ -d "$have_from" ] && die "$VENV was set up from $have_from and does not suit this folder ($why);" \
+    "setting it up here would replace that folder's packages in it: give this folder a venv of its own (VENV=.venv)"
+fi
+[ "${SETUP_CHECK:-}" = 1 ] && die "$VENV is not up to date for this folder; SETUP_CHECK=1, so nothing was installed"
 
 echo "env: setting up $VENV ($mode build of torch; run as $(id -un))"
 if [ -x "$VENV/bin/python" ]; then
@@ -103,8 +179,8 @@ req=env/requirements-$mode.txt
 
 # pip sees 2.13.0+cpu and 2.13.0 (CUDA) as both satisfying torch==2.13.0, so a
 # change of mode has to remove the old build first.
-if [ -n "$have" ] && [ "${have%% *}" != "$mode" ]; then
-  echo "env: switching torch from the ${have%% *} build to the $mode build"
+if [ -n "$have_mode" ] && [ "$have_mode" != "$mode" ]; then
+  echo "env: switching torch from the $have_mode build to the $mode build"
   "$VENV/bin/python" -m pip uninstall -q -y torch
 fi
 
@@ -157,5 +233,5 @@ if [ "$mode" = gpu ] && ! "$VENV/bin/python" -c 'import torch, sys; sys.exit(not
        "cannot use a GPU here (no GPU visible, or an NVIDIA driver older than its CUDA needs:" \
        "see nvidia-smi); notebooks will run in Triton's CPU interpreter"
 fi
-echo "$want" > "$STAMP"
+printf "%s\n" "$want_env" "$want_project" "from $here" > "$STAMP"
 echo "env: $VENV is ready ($mode)"

@@ -7,7 +7,8 @@ showing the compiler's first errors against the learner's own line numbers.
 
     ext = hpcdl.build.extension("int4", INT4_CPP, functions=["pack", "unpack"])
     ext.pack(w)                        # loaded in this process
-    ext.isolated("pack")(w)            # in a fresh process: a segfault fails this call only
+    ext.isolated("pack")(w)            # in a fresh process: a segfault fails this call only; a
+                                       # TORCH_CHECK raises RuntimeError here, as ext.pack(w) would
     prog = hpcdl.build.mpi_program("ring", RING_CPP)   # then hpcdl.ranks.mpi(prog, 3)
 """
 import hashlib
@@ -118,16 +119,21 @@ _BUILD_EXTENSION = textwrap.dedent("""
     open(spec["done"], "w").write(spec["digest"])
 """)
 
-_CALL_EXTENSION = textwrap.dedent("""
+_CALL_EXTENSION = processes.REPORT_RAISED + textwrap.dedent("""
     import importlib.util, pickle, sys
     import torch
-    so, name, function, args_file, result_file = sys.argv[1:]
+    so, name, function, args_file, result_file, raised_file = sys.argv[1:]
     spec = importlib.util.spec_from_file_location(name, so)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     with open(args_file, "rb") as f:
         args, kwargs = pickle.load(f)
-    torch.save(getattr(module, function)(*args, **kwargs), result_file)
+    try:
+        result = getattr(module, function)(*args, **kwargs)
+    except Exception as e:  # a TORCH_CHECK's RuntimeError, pybind11's TypeError for wrong arguments
+        report_raised(e, raised_file)
+        raise
+    torch.save(result, result_file)
 """)
 
 
@@ -171,8 +177,10 @@ class Extension:
 
     def isolated(self, function: str, *, timeout: float = 300):
         """A callable that runs `function` in a fresh process, where a crash or a hang of the C++
-        code fails only that call (IsolatedFailure). Arguments go by pickle, the result comes back
-        through torch.save: tensors, numbers and containers of them."""
+        code fails only that call (IsolatedFailure). An exception it raises is raised again here with
+        its type and message (a TORCH_CHECK's RuntimeError: see hpcdl.processes.raised), as a call in
+        this process would raise it. Arguments go by pickle, the result comes back through
+        torch.save: tensors, numbers and containers of them."""
         if function not in self.functions:
             raise AttributeError(f"extension {self.name!r} has no function {function!r}")
 
@@ -190,12 +198,19 @@ def _call_in_child(ext: Extension, function: str, args, kwargs, timeout: float):
         with open(tmp / "args.pkl", "wb") as f:
             pickle.dump((args, kwargs), f)
         command = [sys.executable, "-c", _CALL_EXTENSION, ext.path, ext.name, function, tmp / "args.pkl",
-                   tmp / "result.pt"]
+                   tmp / "result.pt", tmp / "raised.json"]
         try:
             code, output = processes.run(command, timeout=timeout, log=tmp / "output.log")
         except processes.Timeout:
+            code = None
+        raised = processes.raised(tmp / "raised.json")
+        if raised is not None:
+            exception, _ = raised
+            exception.add_note(f"raised by {what} in a child process")
+            raise exception from None
+        if code is None:
             raise IsolatedFailure(f"{what} did not finish within {timeout:g} s and was stopped "
-                                  f"(an endless loop?).") from None
+                                  f"(an endless loop?).")
         if code != 0:
             last = processes.tail(output)
             raise IsolatedFailure(f"{what} {processes.exit_reason(code)}." + (f"\n{last}" if last else ""))

@@ -221,10 +221,13 @@ def kernel_used(fn, kernel, make_inputs, reference, shape, dtype, *, name=None):
     kname = kernel_name(kernel)
     seed = new_seed()
     args = make_inputs(shape, dtype, generator(seed))
-    _, launches, _ = invoke(fn, args, [kernel])
+    result, launches, _ = invoke(fn, args, [kernel])
     count = launches[kname]
     if count == 0:
         raise CheckFailed(f"{name} never launched {kname}: launch it as {kname}[grid](...)")
+    problem = compare(result, reference(*args))
+    if problem:
+        raise CheckFailed(f"{name} launches {kname} but its result is wrong ({problem}): fix the checks above first")
     args = make_inputs(shape, dtype, generator(seed + 1))
     expected = reference(*args)
     actual, _, _ = invoke(fn, args, [kernel], skip=True)
@@ -235,13 +238,16 @@ def kernel_used(fn, kernel, make_inputs, reference, shape, dtype, *, name=None):
           f"from the kernel")
 
 
-def raises(fn, args, exception=ValueError, *, name=None, because=""):
-    """fn(*args) must raise `exception` (the message should say what to do)."""
+def raises(fn, args, exception=ValueError, *, name=None, because="", hidden=False):
+    """fn(*args) must raise `exception` (the message should say what to do). With hidden=True nothing of
+    the arguments, of `because` or of the message raised is shown."""
     name = name or getattr(fn, "__name__", "function")
+    because = "in a hidden check" if hidden else because
     try:
         fn(*args)
     except exception as e:
-        print(f"{name}: raises {type(e).__name__} {because}: {e}")
+        if not hidden:
+            print(f"{name}: raises {type(e).__name__} {because}: {e}")
         return
     except Exception as e:
         raise CheckFailed(f"{name} raised {type(e).__name__} {because}; expected {exception.__name__}") from None

@@ -3,6 +3,8 @@
 A segfault in a C++ extension, an MPI abort or a bad mmap kills the process it happens in. In a
 graded notebook that process is the kernel, and nbgrader then loses every grade of the notebook.
 Everything the child prints is echoed to stdout: in a grade cell, stderr output alone costs the points.
+An exception raised by the code `call` runs is raised again in the caller with its type and message
+(hpcdl.processes.raised); a crash, a hang or an exit code raises IsolatedFailure, saying which.
 """
 import os
 import pickle
@@ -14,6 +16,7 @@ import textwrap
 import time
 from dataclasses import dataclass
 
+from . import processes
 from .check import CheckFailed
 
 
@@ -66,27 +69,44 @@ def run(command: list, *, timeout: float, cwd=None, env=None, what: str | None =
     return done
 
 
-_CALLER = textwrap.dedent("""
+_CALLER = processes.REPORT_RAISED + textwrap.dedent("""
     import importlib.util, pickle, sys
-    spec = importlib.util.spec_from_file_location("learner_module", sys.argv[1])
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    with open(sys.argv[3], "rb") as f:
+    path, function, args_file, result_file, raised_file = sys.argv[1:]
+    with open(args_file, "rb") as f:
         args, kwargs = pickle.load(f)
-    result = getattr(module, sys.argv[2])(*args, **kwargs)
-    with open(sys.argv[4], "wb") as f:
+    try:
+        spec = importlib.util.spec_from_file_location("learner_module", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        result = getattr(module, function)(*args, **kwargs)
+    except Exception as e:
+        report_raised(e, raised_file)
+        raise
+    with open(result_file, "wb") as f:
         pickle.dump(result, f)
 """)
 
 
 def call(path, function: str, *args, timeout: float = 300, env=None, **kwargs):
     """Import the Python file `path` in a fresh interpreter, call `function(*args, **kwargs)` there and
-    return its result (arguments and result travel by pickle: tensors, numbers, lists...)."""
+    return its result (arguments and result travel by pickle: tensors, numbers, lists...). An exception
+    that importing the file or the call raises is raised again here with its type and message
+    (hpcdl.processes.raised); a crash, a hang or an exit raises IsolatedFailure."""
+    what = f"{function}() from {os.path.basename(path)}"
     with tempfile.TemporaryDirectory(prefix="hpcdl-") as tmp:
         args_file, result_file = os.path.join(tmp, "args.pkl"), os.path.join(tmp, "result.pkl")
+        raised_file = os.path.join(tmp, "raised.json")
         with open(args_file, "wb") as f:
             pickle.dump((args, kwargs), f)
-        run([sys.executable, "-c", _CALLER, os.fspath(path), function, args_file, result_file],
-            timeout=timeout, env=env, what=f"{function}() from {os.path.basename(path)}")
+        try:
+            run([sys.executable, "-c", _CALLER, os.fspath(path), function, args_file, result_file, raised_file],
+                timeout=timeout, env=env, what=what)
+        except IsolatedFailure:
+            raised = processes.raised(raised_file)
+            if raised is None:
+                raise
+            exception, _ = raised
+            exception.add_note(f"raised by {what} in a child process")
+            raise exception from None
         with open(result_file, "rb") as f:
             return pickle.load(f)

@@ -4,13 +4,25 @@ Each child starts in a session of its own and writes its output to a file (never
 stderr: in a grade cell, stderr output costs the points). Stopping a child kills every process
 below it, found through /proc before anything is killed: MPICH's mpiexec puts each rank in a
 session of its own, so killing the child's process group alone would leave the ranks running.
+
+An exception that a child's code raises comes back as an exception of the same type, where that
+type is one of Python's builtin exceptions (ValueError, RuntimeError from a TORCH_CHECK, ...), else
+as a ChildError subclass of the same name: the child writes its type's name and message
+(REPORT_RAISED, at the top of the child's script), `raised` reads them here. Only the name travels,
+and only builtin exception classes are ever made from it: the child may be hostile. Grading makes
+the worker's exceptions the same way (remote.py), so a test sees the same type in the lab and when
+graded.
 """
+import builtins
+import json
+import math
 import os
 import pathlib
 import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import torch
@@ -213,3 +225,82 @@ def load_result(path):
     """A value a child saved with torch.save: tensors, numpy arrays, numbers, strings, lists, dicts."""
     with torch.serialization.safe_globals(_numpy_globals()):
         return torch.load(path, weights_only=True, map_location="cpu")
+
+
+# --- exceptions raised in a child --------------------------------------------------------------
+
+MESSAGE_LIMIT = 2000  # characters of a child's exception message kept (the grading worker sends as many)
+_REPORT_LIMIT = 64 << 10  # bytes of a child's report read: a longer one is not a report
+
+
+class ChildError(Exception):
+    """An exception raised by code in another process, of a type that is not one of Python's builtin
+    exceptions (a learner's own class, torch.OutOfMemoryError): a subclass named after that type, with
+    its message. The class itself never travels, only its name."""
+
+
+def _builtin_exceptions() -> dict:
+    # Taken once, when hpcdl is imported: classes put into `builtins` later, or by other modules, never
+    # count. OSError and UnicodeError (and their subclasses) stay out: they describe the caller's own
+    # files and text, and a caller that catches them (a missing file to fall back from) must not take a
+    # child's for its own.
+    return {name: cls for name, cls in vars(builtins).items()
+            if isinstance(cls, type) and issubclass(cls, Exception) and cls.__module__ == "builtins"
+            and cls.__name__ == name and not issubclass(cls, (OSError, UnicodeError))}
+
+
+BUILTIN_EXCEPTIONS = _builtin_exceptions()
+
+
+def rebuild_exception(name, message, *, bases=(ChildError,)) -> Exception:
+    """The exception another process reported by its type's name and its message, made here: an
+    instance of the builtin exception class of that name (BUILTIN_EXCEPTIONS), else of a new subclass
+    of `bases` with that name (letters, digits and _ only). No other class is ever looked up or made."""
+    name, message = str(name), str(message)[:MESSAGE_LIMIT]
+    cls = BUILTIN_EXCEPTIONS.get(name)
+    if cls is not None:
+        try:
+            e = cls(message)
+        except Exception:  # a builtin that needs more than a message (ExceptionGroup)
+            e = None
+        if type(e) is cls:
+            return e
+    safe = "".join(c for c in name if c.isascii() and (c.isalnum() or c == "_"))[:60] or "Exception"
+    return type(safe, tuple(bases), {"__module__": __name__})(message)
+
+
+# The first lines of a child's script: `report_raised(e, path)` writes what `raised(path)` reads here.
+REPORT_RAISED = textwrap.dedent(f"""
+    def report_raised(e, path):
+        # The type's name and message of the exception e, and when it was raised, for the parent process.
+        import json, time
+        try:
+            message = str(e)
+        except Exception:
+            message = "(its message could not be read)"
+        with open(path, "w") as f:
+            json.dump({{"type": type(e).__name__, "message": message[:{MESSAGE_LIMIT}], "when": time.monotonic()}}, f)
+""")
+
+
+def raised(path, *, bases=(ChildError,)):
+    """(exception, when): the exception a child reported in the file `path` (REPORT_RAISED), made again
+    here by rebuild_exception, and the child's time.monotonic() when it was raised (inf if not given);
+    None where the file is missing or is not such a report."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(_REPORT_LIMIT + 1)
+    except OSError:
+        return None
+    if len(text) > _REPORT_LIMIT:
+        return None
+    try:
+        report = json.loads(text)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep
+        return None
+    if not isinstance(report, dict) or not isinstance(report.get("type"), str) \
+            or not isinstance(report.get("message"), str):
+        return None
+    when = report.get("when")
+    ok = isinstance(when, (int, float)) and not isinstance(when, bool) and math.isfinite(when)
+    return rebuild_exception(report["type"], report["message"], bases=bases), float(when) if ok else math.inf

@@ -8,6 +8,11 @@ Every run has a deadline. When it passes, or when a rank dies, every process of 
 (nothing is left running) and RanksFailed says rank by rank which finished, which died (how, and
 their last lines of output) and which were still running: hung, waiting for a message that never
 came. Each rank's output is kept apart and echoed to stdout as `[rank r] ...`.
+
+An exception that the called function raises on a rank (mpi_call, torch_distributed) is raised
+again in the caller with its type and message (a ValueError stays a ValueError, see
+hpcdl.processes.raised), with a note naming the rank, unless a rank crashed or exited without
+raising: then RanksFailed describes the run.
 """
 import functools
 import os
@@ -94,6 +99,26 @@ def _report(what: str, ranks: list, *, timed_out: bool, timeout: float, from_she
     return "\n".join(lines)
 
 
+def _raise_what_a_rank_raised(ranks: list, tmp: str, what: str) -> None:
+    """Raise again here the exception that the first rank to raise one raised (its type and message, see
+    hpcdl.processes.raised), where every rank that failed failed by raising. Return where none raised,
+    or where one crashed or exited without raising: RanksFailed then says rank by rank what happened."""
+    reports = {}
+    for r in ranks:
+        found = processes.raised(os.path.join(tmp, f"rank{r.rank}.raised"))
+        if found is not None:
+            reports[r.rank] = found
+    if not reports or any(r.died and r.rank not in reports for r in ranks):
+        return
+    rank = min(reports, key=lambda r: (reports[r][1], r))  # the first to raise; the others may have followed it
+    exception = reports[rank][0]
+    others = [r for r in reports if r != rank]
+    exception.add_note(f"raised on rank {rank} by {what}" + (
+        f" (rank{'s' * (len(others) > 1)} {', '.join(map(str, others))} raised after it)" if others else "")
+        + "; every process of the run was stopped")
+    raise exception from None
+
+
 def _echo(ranks: list) -> None:
     for r in ranks:
         text = r.output.strip()
@@ -170,6 +195,7 @@ def _run_mpi(command: list, nprocs: int, timeout: float, what: str, tmp: str, ec
     if echo:
         _echo(ranks)
     if not finished or child.returncode != 0 or any(r.exit != 0 for r in ranks):
+        _raise_what_a_rank_raised(ranks, tmp, what)
         launcher = processes.tail(child.output(), 8)
         extra = f"mpiexec said:\n{processes.indent(launcher)}" if launcher and not any(r.died for r in ranks) else ""
         raise RanksFailed(_report(what, ranks, timed_out=not finished, timeout=timeout, from_shell=True,
@@ -187,7 +213,7 @@ def mpi(program, nprocs: int, *, args=(), timeout: float = TIMEOUT, echo: bool =
     return [r.output for r in ranks]
 
 
-_MPI_CALL = textwrap.dedent("""
+_MPI_CALL = processes.REPORT_RAISED + textwrap.dedent("""
     import importlib.util, os, pickle, sys
     from mpi4py import MPI
     path, function, nprocs, args_file, out_dir = sys.argv[1:]
@@ -196,13 +222,17 @@ _MPI_CALL = textwrap.dedent("""
     if size != int(nprocs):
         raise SystemExit(f"this rank sees {size} rank(s) instead of {nprocs}: mpi4py was built for another MPI "
                          f"than the mpiexec that started it")
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    spec = importlib.util.spec_from_file_location(os.path.basename(path).removesuffix(".py"), path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     with open(args_file, "rb") as f:
         args = pickle.load(f)
-    result = getattr(module, function)(rank, size, *args)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    try:
+        spec = importlib.util.spec_from_file_location(os.path.basename(path).removesuffix(".py"), path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        result = getattr(module, function)(rank, size, *args)
+    except Exception as e:  # reported, then raised: mpi4py's runner aborts every rank
+        report_raised(e, os.path.join(out_dir, f"rank{rank}.raised"))
+        raise
     open(os.path.join(out_dir, f"rank{rank}.returned"), "w").close()
     import torch
     torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
@@ -233,7 +263,7 @@ def mpi_call(path, function: str, nprocs: int, *, args=(), timeout: float = TIME
 
 # --- torch.distributed -------------------------------------------------------------------------
 
-_DISTRIBUTED_CALL = textwrap.dedent("""
+_DISTRIBUTED_CALL = processes.REPORT_RAISED + textwrap.dedent("""
     import importlib.util, os, pickle, sys
     import torch
     import torch.distributed as dist
@@ -242,13 +272,17 @@ _DISTRIBUTED_CALL = textwrap.dedent("""
     if backend == "nccl":
         torch.cuda.set_device(rank)
     dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    spec = importlib.util.spec_from_file_location(os.path.basename(path).removesuffix(".py"), path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     with open(args_file, "rb") as f:
         args = pickle.load(f)
-    result = getattr(module, function)(rank, world_size, *args)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    try:
+        spec = importlib.util.spec_from_file_location(os.path.basename(path).removesuffix(".py"), path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        result = getattr(module, function)(rank, world_size, *args)
+    except Exception as e:
+        report_raised(e, os.path.join(out_dir, f"rank{rank}.raised"))
+        raise
     open(os.path.join(out_dir, f"rank{rank}.returned"), "w").close()
     torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
     dist.destroy_process_group()
@@ -321,5 +355,6 @@ def torch_distributed(path, function: str, world_size: int, *, args=(), timeout:
         if echo:
             _echo(ranks)
         if timed_out or any(code != 0 for code in codes):
+            _raise_what_a_rank_raised(ranks, tmp, what)
             raise RanksFailed(_report(what, ranks, timed_out=timed_out, timeout=timeout))
         return _results(ranks, tmp, what)

@@ -6,18 +6,18 @@ and objects. Calling a proxy sends the arguments to the worker (worker.py) and r
 back, decoded without running any of the worker's code (wire.py). A crash or hang of the worker
 fails the check that was waiting for it, and the next request starts a fresh worker.
 """
-import builtins
 import os
 import signal
 import subprocess
 import threading
 
-from . import wire
+from . import processes, wire
 from .check import CheckFailed
 from .device import DEVICE
 from .guard import OutOfBounds
 
 OUTPUT_LIMIT = 64 << 10  # bytes of the learner's printed output kept for the instructor
+DRAIN_WAIT = 5.0  # seconds stop() and kill() wait for the last of a worker's output to be read
 MAX_STARTS = 4
 
 
@@ -39,16 +39,16 @@ def _describe_exit(code) -> str:
 
 
 def _exception(reply: dict) -> Exception:
+    """The worker's exception, made here from its type's name and message as the lab makes a child
+    process's (processes.rebuild_exception): a builtin type stays itself (a TORCH_CHECK's RuntimeError
+    from an isolated extension call is a RuntimeError in both), any other name becomes a subclass of
+    RemoteError and processes.ChildError of that name. hpcdl's guard's OutOfBounds is the one exception."""
     name, message = str(reply.get("error", "Exception")), str(reply.get("message", ""))
     if name == "OutOfBounds":
         e = OutOfBounds(message)
         e.hint = reply.get("hint", "")
         return e
-    cls = getattr(builtins, name, None)
-    if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, (OSError, UnicodeError)):
-        return cls(message)
-    safe = "".join(c for c in name if c.isalnum() or c == "_")[:60] or "Exception"
-    return type(safe, (RemoteError,), {})(message)
+    return processes.rebuild_exception(name, message, bases=(RemoteError, processes.ChildError))
 
 
 class WorkerProcess:
@@ -61,6 +61,7 @@ class WorkerProcess:
         self.proc = None
         self.output = bytearray()
         self.output_dropped = 0
+        self.drains = []  # the threads reading workers' output, until stop() or kill() has waited for them
         self.events = []  # what went wrong with workers, for the instructor
         self.starts, self.broken = 0, None
 
@@ -77,7 +78,9 @@ class WorkerProcess:
         self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, env=self.env, start_new_session=True,
                                      preexec_fn=self.preexec_fn)
-        threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True).start()
+        drain = threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True)
+        drain.start()
+        self.drains.append(drain)
         if self.on_start:
             try:
                 self.on_start(self)
@@ -95,27 +98,37 @@ class WorkerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self):
-        if self.proc is None:
-            return
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.kill()
-        self.proc = None
+        """Let the worker finish (kill it after 5 s); return once what it printed has been read."""
+        if self.proc is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.kill()
+            self.proc = None
+        self._join_drains()
 
     def kill(self):
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.proc.kill()
-        self.proc.wait()
+        proc = self.proc  # the request timer's thread kills while the request may be dropping self.proc
+        if proc is not None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.kill()
+            proc.wait()
+        self._join_drains()
+
+    def _join_drains(self):
+        """Wait (DRAIN_WAIT at most) until the output of every worker that has exited is read to its end:
+        the process's exit does not mean its last bytes have left the pipe for self.output. A process the
+        worker left behind may hold the pipe open past that; its output is then read as it comes."""
+        waiting, self.drains = list(self.drains), []
+        for drain in waiting:
+            drain.join(DRAIN_WAIT)
 
     # -- requests -----------------------------------------------------------------------------------
     def request(self, message: dict, *, what: str, timeout: float | None = None) -> dict:
@@ -132,8 +145,9 @@ class WorkerProcess:
         timer = threading.Timer(timeout, expire)
         timer.start()
         try:
-            wire.send(self.proc.stdin, message, _handle_ref)
-            reply = wire.receive(self.proc.stdout, DEVICE, handle_to=lambda ref: RemoteObject(self, ref))
+            wire.send(self.proc.stdin, message, _handle_ref, side="checker")
+            reply = wire.receive(self.proc.stdout, DEVICE, handle_to=lambda ref: RemoteObject(self, ref),
+                                 side="checker")
         except (EOFError, BrokenPipeError, OSError, wire.ProtocolError) as e:
             proc = self.proc
             code = proc.wait() if proc is not None else None

@@ -185,8 +185,42 @@ def _copy_bandwidth_like(nbytes: int) -> float:
     return 8 * n / best
 
 
+class BusyCard(ImpossibleSpeed):
+    """The card kept running work that is not the checker's while the checker measured its yardsticks."""
+
+
+IDLE_PROBE_SECONDS = 1e-3  # a tiny kernel on an idle card returns in tens of microseconds
+IDLE_WAIT_SECONDS = 60
+
+
+def _probe_seconds() -> float:
+    x = torch.empty(1, device="cuda")
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    x.add_(1)
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def _card_is_idle(wait: float) -> bool:
+    """Whether a tiny kernel runs at once, five times in a row, within `wait` seconds. A paused process's work
+    already queued on the card still runs (and the card shares its time between contexts), so this is how the
+    checker knows that nothing of the worker's runs beside its own measurement."""
+    for _ in range(3):
+        _probe_seconds()  # warm-up: the first launches pay for the context and the kernel's loading
+    end, in_a_row = time.perf_counter() + wait, 0
+    while in_a_row < 5:
+        in_a_row = in_a_row + 1 if _probe_seconds() < IDLE_PROBE_SECONDS else 0
+        if in_a_row == 0:
+            if time.perf_counter() > end:
+                return False
+            time.sleep(0.01)
+    return True
+
+
 def _pausing_worker(fn):
-    """While the checker measures its yardsticks, the worker's processes are stopped."""
+    """While the checker measures its yardsticks, the worker's processes are stopped, and the card has finished
+    whatever they had queued on it, before and after the measurement."""
     import contextlib
 
     @contextlib.contextmanager
@@ -194,7 +228,13 @@ def _pausing_worker(fn):
         worker = getattr(fn, "_worker", None)
         stopped = worker.pause() if worker is not None else []
         try:
+            if ON_GPU and not _card_is_idle(IDLE_WAIT_SECONDS):
+                raise BusyCard(f"the GPU stayed busy for {IDLE_WAIT_SECONDS} s with work the submission left running "
+                               f"while its process was stopped, so speed cannot be measured (reported to the instructor)")
             yield
+            if ON_GPU and not _card_is_idle(2):
+                raise BusyCard("the GPU ran work of the submission's while the grader measured this card's ceilings, "
+                               "so speed cannot be measured (reported to the instructor)")
         finally:
             if worker is not None:
                 worker.resume(stopped)

@@ -37,8 +37,11 @@ def run_source(source: str, filename: str, namespace: dict):
 
 def _element(out, position: int):
     """out's element number position (modulo its size) in row-major order, as a 0-d tensor."""
-    if not hasattr(out, "numel") or out.numel() == 0:
-        raise TypeError(f"a timed call returned {type(out).__name__}, not a tensor with elements")
+    import torch
+
+    if type(out) is not torch.Tensor or out.numel() == 0:
+        # A subclass could compute only the elements that are read and defer the rest past the clock.
+        raise TypeError(f"a timed call returned {type(out).__name__}, not a plain torch.Tensor with elements")
     index, position = [], position % out.numel()
     for size in reversed(out.shape):
         position, at = divmod(position, size)
@@ -158,18 +161,39 @@ class Worker:
         if self.device.type == "cuda":
             self.torch.cuda.synchronize()
 
+    def quiet(self):
+        """A context in which none of the learner's code runs as a side effect of the worker's own torch calls:
+        no torch function or dispatch mode, no tensor subclass's __torch_function__, no profile or trace hook.
+        Decoding a request's inputs and loading a timed batch run in it, so no learner code sees the inputs of
+        a timed batch before the checker's clock starts."""
+        import contextlib
+
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.torch._C.DisableTorchFunction())
+        stack.enter_context(_disable_current_modes())
+        sys.setprofile(None)
+        sys.settrace(None)
+        return stack
+
     def serve(self, requests, replies):
         ops = {"run_cells": lambda r: self.run_cells(r["cells"]), "call": self.call, "get": self.get,
                "load_sets": self.load_sets, "run_timed": self.run_timed, "fetch": self.fetch}
         while True:
             try:
-                request = self.wire.receive(requests, self.device, self.handle_to)
+                with self.quiet():
+                    request = self.wire.receive(requests, self.device, self.handle_to)
             except EOFError:
                 return
             if request.get("op") == "exit":
                 return
             try:
-                reply = {"ok": True, **ops[request["op"]](request)}
+                if request.get("op") == "load_sets":
+                    with self.quiet():
+                        reply = {"ok": True, **self.load_sets(request)}
+                else:
+                    reply = {"ok": True, **ops[request["op"]](request)}
             except BaseException as e:
                 if isinstance(e, KeyboardInterrupt):
                     raise

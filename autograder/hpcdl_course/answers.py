@@ -5,6 +5,9 @@ grades every fixture through nbgrader: right answers must get full points, and e
 must fail exactly the grade cells it lists. Speed cells (grade_id starting with test_speed) fail
 for every submission where no GPU measured them.
 
+A wrong answer may also list `flagged`: self-check cells (locked cells named check_*, never scored) whose
+failure must be among the submission's flags.
+
 A fixture gives a cell's new source whole (`[wrong.cells] grade_id = '''...'''`) or as edits of the
 solution's source, markers removed (`[wrong.edits] grade_id = [{replace = "<", with = "<="}]`): each
 `replace` must occur exactly once in that source, or loading fails and names the fixture, so an
@@ -36,6 +39,7 @@ class Fixture:
     right: bool
     fails: set = field(default_factory=set)
     demo: bool = False
+    flagged: set = field(default_factory=set)  # self-checks (check_*) whose failure the instructor must see
 
 
 def load(assignment: str) -> list:
@@ -53,7 +57,7 @@ def load(assignment: str) -> list:
             raise FixtureError(f"{where}: give each cell it changes once, whole under `cells` or under `edits`")
         cells = {**whole, **edited_cells(edits, solutions, where)}
         found.append(Fixture(assignment, entry["name"], entry["why"], cells, right,
-                             set(entry.get("fails", [])), entry.get("demo", False)))
+                             set(entry.get("fails", [])), entry.get("demo", False), set(entry.get("flagged", []))))
     return found
 
 

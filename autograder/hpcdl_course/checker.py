@@ -8,6 +8,7 @@ and test cells itself, in order, with proxies (hpcdl.remote) in place of what th
 defined. Every verdict is decided here, by code the learner's code never ran beside; nothing the
 worker prints or returns is run or trusted as code.
 """
+import builtins
 import contextlib
 import io
 import json
@@ -23,6 +24,7 @@ from hpcdl import remote  # noqa: E402
 from hpcdl.worker import run_source  # noqa: E402
 
 from . import sandbox  # noqa: E402
+from .flags import defined_names as flags_defined  # noqa: E402
 
 PRINT_LIMIT = 20_000
 REQUEST_TIMEOUT = float(os.environ.get("HPCDL_REQUEST_TIMEOUT", 600))
@@ -49,12 +51,38 @@ def _message(e: BaseException, hidden: bool) -> str:
     if isinstance(e, NameError) or not hidden:
         notes = "".join(f" ({note})" for note in getattr(e, "__notes__", [])[:2])
         return (f"{type(e).__name__}: {first}" if first else type(e).__name__) + notes
-    return f"a hidden check failed ({type(e).__name__})"
+    # The learner's code chooses a RemoteError's name: in a hidden check only a builtin's name is shown.
+    kind = type(e).__name__ if not isinstance(e, remote.RemoteError) else "an exception of your code's own type"
+    return f"a hidden check failed ({kind})"
+
+
+def run_order(cells: list) -> list:
+    """The cells the checker runs, in the order it runs them: locked and test cells in notebook order, but
+    every test cell that holds hidden tests after all the others. So no visible check, whose messages show
+    what the learner's code returned or raised, runs after the learner's code has seen a hidden input."""
+    ran = [c for c in cells if c["role"] in ("locked", "test", "selfcheck")]
+    return [c for c in ran if not c.get("hidden")] + [c for c in ran if c.get("hidden")]
+
+
+def answer_names_refused(reported: dict, declared: set, checker_names: set) -> tuple:
+    """(the reported names the test cells may see, a flag for each name refused). Only names the released
+    answer cells define reach the checker; one that would shadow a builtin or a name of the checker's is
+    refused and flagged, any other undeclared name is simply not passed (helpers of the learner's own)."""
+    kept, flags = {}, []
+    for name, info in reported.items():
+        if name in declared:
+            kept[name] = info
+        elif hasattr(builtins, name) or name in checker_names:
+            flags.append(f"answer cell {info.get('cell', '?')} binds {name}, which would shadow "
+                         f"{'a Python builtin' if hasattr(builtins, name) else 'a name of the notebook or grader'}:"
+                         f" refused (the tests use their own)")
+    return kept, flags
 
 
 class Checker:
     def __init__(self, spec: dict):
         self.cells = spec["cells"]
+        self.declared = set(spec.get("answer_names", []))
         self.answer_errors, self.names = {}, {}
         self.flags = []
         self.worker = sandbox.worker(timeout=REQUEST_TIMEOUT, on_start=self._run_worker_cells)
@@ -64,7 +92,11 @@ class Checker:
                  for c in self.cells if c["role"] in ("locked", "answer")]
         reply = worker.request({"op": "run_cells", "cells": cells}, what="running your answer cells")
         if not self.names:
-            self.answer_errors, self.names = dict(reply["errors"]), dict(reply["names"])
+            self.answer_errors = dict(reply["errors"])
+            checker_names = {"hpcdl", "__name__"}.union(*(flags_defined(c["source"]) for c in self.cells
+                                                          if c["role"] == "locked"))
+            self.names, refused = answer_names_refused(dict(reply["names"]), self.declared, checker_names)
+            self.flags += refused
 
     def namespace(self) -> dict:
         ns = {"__name__": "__main__"}
@@ -96,9 +128,7 @@ class Checker:
             self.flags.append(str(e))
         seconds["starting the worker and running the answer cells"] = time.perf_counter() - started
         ns = self.namespace()
-        for cell in self.cells:
-            if cell["role"] not in ("locked", "test"):
-                continue
+        for cell in run_order(self.cells):
             printed = CappedText()
             error = None
             started = time.perf_counter()
@@ -113,7 +143,12 @@ class Checker:
                         self.flags.append(f"{cell['id']}: {e}")
             seconds[cell["id"]] = time.perf_counter() - started
             if cell["role"] == "test":
-                verdicts[cell["id"]] = {"passed": error is None, "printed": printed.getvalue(), "error": error}
+                # A hidden cell's prints could show its inputs (or what the learner's code made of them).
+                shown = "" if cell.get("hidden") else printed.getvalue()
+                verdicts[cell["id"]] = {"passed": error is None, "printed": shown, "error": error}
+            elif error and cell["role"] == "selfcheck":
+                self.flags.append(f"self-check {cell['id']} failed (not graded: what ran in the submission's "
+                                  f"process is told by that process): {error}")
             elif error:
                 self.flags.append(f"locked cell {cell['id']} failed in the checker: {error}")
         self.worker.stop()

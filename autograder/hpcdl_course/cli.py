@@ -1,5 +1,6 @@
 """hpcdl-course: the instructor's commands (make notebooks / release / grade call these)."""
 import argparse
+import dataclasses
 import os
 import pathlib
 import shutil
@@ -26,6 +27,11 @@ def cmd_release(args) -> int:
 
 
 def cmd_grade(args) -> int:
+    wanted = [a for given in args.assignment or [] for a in given.split(",") if a]
+    unknown = [a for a in wanted if a not in paths.assignments()]
+    if unknown:
+        print(f"error: no assignment {', '.join(unknown)} (known: {', '.join(paths.assignments())})", file=sys.stderr)
+        return 2
     folder = args.submissions
     if folder is None:
         # The demo has a work folder and gradebook of its own, and starts from a fresh release.
@@ -38,14 +44,31 @@ def cmd_grade(args) -> int:
             answers.write_demo(folder, released)
         print(f"No submissions folder given: grading the demo submissions in {folder}")
     try:
-        results = grade.grade_folder(folder, args.assignment or None)
+        results = grade.grade_folder(folder, wanted or None)
+    except grade.NothingToGrade as e:
+        if e.results:
+            print(grade.table(e.results))
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except (submissions.BadSubmissionsFolder, grade.GradingSetupError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print()
-    print(grade.table(results))
+    # The table's notes column also says which cells this machine could not grade (speed cells without a GPU).
+    print(grade.table([dataclasses.replace(r, problems=r.problems + grade.notes(r)) for r in results]))
+    summary = grade.cell_summary(results)
+    if summary:
+        print("\nEach graded cell in this run: how many submissions passed it (full points)\n" + summary)
+    changed = grade.changes(results)
+    regraded = sum(r.earlier is not None for r in results)
+    if regraded:
+        print(f"\nRe-graded {regraded} submission(s) (earlier copies and their scores in {paths.work() / 'replaced'}); "
+              f"{len(changed)} changed" + (":" if changed else ""))
+        for line in changed:
+            print(f"  {line}")
     work = paths.work()
-    print(f"\ngradebook: {work / 'gradebook.db'}\ngrades CSV: {work / 'grades.csv'}\nfeedback: {work / 'feedback'}")
+    print(f"\ngradebook: {work / 'gradebook.db'}\ngrades CSV: {work / 'grades.csv'}\n"
+          f"grades per cell: {work / 'grades-by-cell.csv'}\nfeedback: {work / 'feedback'}")
     return 0
 
 
@@ -111,7 +134,8 @@ def main(argv=None) -> int:
     p = sub.add_parser("grade", help="autograde a folder of submissions into the gradebook")
     p.add_argument("submissions", nargs="?", help="SUBMISSIONS/<student>/<assignment>/<notebook>.ipynb; "
                                                   "default: the demo submissions")
-    p.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
+    p.add_argument("--assignment", action="append", help="grade only this assignment (repeatable, or "
+                                                         "comma-separated); default: those the folder holds")
     p.set_defaults(run=cmd_grade)
     p = sub.add_parser("distribute", help="write the learner distribution: course/, hpcdl, env/, binder/, "
                                           "no solutions")

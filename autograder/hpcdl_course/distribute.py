@@ -2,7 +2,7 @@
 
     <target>/course/        the released notebooks, copied byte for byte
     <target>/hpcdl/         the check and measurement package, with a pyproject.toml that packages only it
-    <target>/env/           the pins and setup.sh (it installs `-e .`: the package above)
+    <target>/env/           the pins and setup.sh (it installs `-e .`: the package above); not system-tools.sh
     <target>/binder/        Binder's set-up, which installs the same package
     <target>/README.md, Makefile, .gitignore   from learner/ beside this file
     <target>/.hpcdl-learner-dist               the marker that lets a later build replace this one
@@ -22,7 +22,10 @@ from . import paths
 MARKER = ".hpcdl-learner-dist"
 TEMPLATES = pathlib.Path(__file__).parent / "learner"
 DEFAULT_TARGET = paths.ROOT / "dist" / "learner"
-SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "*.egg-info")
+SKIP_PATTERNS = ("__pycache__", "*.pyc", ".ipynb_checkpoints", "*.egg-info")
+SKIP = shutil.ignore_patterns(*SKIP_PATTERNS)
+# What `make test` and `make grade` need outside the venv: learners have neither.
+INSTRUCTOR_ENV = ("system-tools.sh",)
 FORBIDDEN_NAMES = {"solutions", "answers.toml", "hpcdl_course", "nbgrader_config.py", "gradebook.db", ".ci",
                    "tests", "benchmarks"}
 MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS")
@@ -47,7 +50,7 @@ def build(target=DEFAULT_TARGET) -> list:
                                  "A later build deletes everything here but .git and writes it again.\n")
     shutil.copytree(paths.COURSE, target / "course", ignore=SKIP)
     shutil.copytree(paths.AUTOGRADER / "hpcdl", target / "hpcdl", ignore=SKIP)
-    shutil.copytree(paths.ROOT / "env", target / "env", ignore=SKIP)
+    shutil.copytree(paths.ROOT / "env", target / "env", ignore=shutil.ignore_patterns(*SKIP_PATTERNS, *INSTRUCTOR_ENV))
     shutil.copytree(paths.ROOT / "binder", target / "binder", ignore=SKIP)
     (target / "pyproject.toml").write_text(pyproject())
     (target / "README.md").write_text(readme())

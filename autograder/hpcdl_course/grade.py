@@ -4,14 +4,20 @@ Each submission is autograded by its own nbgrader process, so a crash, a hang or
 costs that submission alone; what went wrong is reported beside its row.
 """
 import csv
+import datetime
+import functools
 import json
 import os
+import pathlib
+import stat
+import textwrap
 import time
 from dataclasses import dataclass, field
 
+import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 
-from . import paths, release, sandbox, submissions
+from . import answers, paths, release, sandbox, submissions
 from .nbgrader_run import errors, nbgrader
 from .trusted_execute import report_path
 
@@ -25,14 +31,18 @@ class Result:
     scores: dict = field(default_factory=dict)  # notebook -> (score, max_score)
     problems: list = field(default_factory=list)
     flags: list = field(default_factory=list)  # for the instructor to review: the answers reach for the grader
+    # notebook -> grade_id -> {"score", "max", "message", "here"} of the cells graded in this run
+    cells: dict = field(default_factory=dict)
+    earlier: dict | None = None  # the score of the copy this run replaced (moved to <work>/replaced/)
 
     @property
     def graded(self) -> bool:
         return bool(self.scores)
 
 
-def autograde(sub: submissions.Submission) -> list:
-    """Autograde one staged submission and write its feedback; returns problems found."""
+def autograde(sub: submissions.Submission, gpu: bool = True) -> list:
+    """Autograde one staged submission and write its feedback; returns problems found. Without a GPU
+    (`gpu` false) its speed cells say "not graded here" in the feedback."""
     problems = []
     proc = nbgrader("autograde", sub.assignment, "--student", sub.student, "--force", timeout=SUBMISSION_TIMEOUT)
     if proc.returncode != 0:
@@ -43,6 +53,8 @@ def autograde(sub: submissions.Submission) -> list:
             problems.append(f"{nb.name}: no autograded copy (the kernel died or timed out while running it; "
                             f"a crash in the notebook's code?): grade it by hand from {nb}")
     if autograded.exists():
+        if not gpu:
+            mark_not_graded_here(autograded)
         proc = nbgrader("generate_feedback", sub.assignment, "--student", sub.student, "--force")
         if proc.returncode != 0:
             problems.append(f"feedback failed: {errors(proc)}")
@@ -78,16 +90,49 @@ class GradingSetupError(RuntimeError):
     pass
 
 
+class NothingToGrade(GradingSetupError):
+    """The folder holds no submission of the assignments asked for; `results` are the entries it does hold."""
+
+    def __init__(self, message, results=()):
+        super().__init__(message)
+        self.results = list(results)
+
+
 def grade_folder(folder, assignments=None) -> list:
-    """Grade every submission in `folder`; returns one Result per (student, assignment) seen."""
+    """Grade every submission in `folder` (only those of `assignments`, when given); returns one Result
+    per (student, assignment) seen. Only the assignments it grades are released into the gradebook;
+    NothingToGrade where the folder holds no submission of them. What each upload came to is kept in
+    <work>/records/, and grades.csv and grades-by-cell.csv are written again from all of it."""
     try:
         sandboxing = sandbox.mode()  # fails early, with what to do, where bubblewrap is missing
     except sandbox.SandboxUnavailable as e:
         raise GradingSetupError(str(e)) from None
     found = submissions.scan(folder)
     wanted = assignments or paths.assignments()
-    for a in wanted:
-        release.generate(a, paths.work() / "release")  # records the assignment and its tests in the gradebook
+    others = sorted({sub.assignment for sub in found if sub.assignment in paths.assignments()} - set(wanted))
+    if others:
+        skipped = sum(sub.assignment in others for sub in found)
+        print(f"skipping {skipped} submission(s) of {', '.join(others)}: grading only {', '.join(wanted)}",
+              flush=True)
+        found = [sub for sub in found if sub.assignment not in others]
+    if not any(sub.assignment in wanted for sub in found):
+        raise NothingToGrade(
+            f"{folder} holds no submission{' of ' + ', '.join(wanted) if assignments else ''} "
+            f"(expected {folder}/<student>/<assignment>/<notebook>.ipynb): nothing was graded",
+            [Result(sub.student, sub.assignment, problems=list(sub.problems)) for sub in found])
+    to_release = [a for a in wanted if any(sub.assignment == a and sub.notebooks for sub in found)]
+    for a in to_release:  # records the assignment and its tests in the gradebook
+        print(f"releasing {a} into the gradebook (nbgrader generate_assignment) ...", flush=True)
+        started = time.perf_counter()
+        release.generate(a, paths.work() / "release")
+        print(f"  took {time.perf_counter() - started:.0f} s", flush=True)
+    if not to_release:
+        print("no submission here can be graded: nothing released", flush=True)
+    note = speed_note(to_release)
+    gpu = on_gpu() if note else True
+    if not gpu:
+        print(note, flush=True)
+    when = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     results = []
     total = sum(sub.assignment in wanted and bool(sub.notebooks) for sub in found)
     done = 0
@@ -98,14 +143,21 @@ def grade_folder(folder, assignments=None) -> list:
             continue
         if not sub.notebooks:
             result.problems.append("nothing gradable in this submission")
+            remember(result, when, staged=False)
             continue
-        submissions.stage(sub)
+        result.earlier = earlier_score(sub.student, sub.assignment)
+        aside = set(replaced_copies(sub.student, sub.assignment))
+        result.problems += submissions.stage(sub)
+        if result.earlier is not None:
+            keep_earlier_score(result.earlier, set(replaced_copies(sub.student, sub.assignment)) - aside)
+        result.problems += keep_timestamp(folder, sub)
         done += 1
-        print(f"grading {sub.student} / {sub.assignment} ({done} of {total}) ...", flush=True)
+        print(f"grading {submissions.printable(sub.student)} / {submissions.printable(sub.assignment)} "
+              f"({done} of {total}) ...", flush=True)
         for name in paths.notebook_names(sub.assignment):
             report_path(sub.student, sub.assignment, name).unlink(missing_ok=True)
         started = time.perf_counter()
-        result.problems += autograde(sub)
+        result.problems += autograde(sub, gpu)
         print(f"  took {time.perf_counter() - started:.0f} s", flush=True)
         result.flags = flags(sub.student, sub.assignment)
         if sandboxing == "none":
@@ -114,46 +166,403 @@ def grade_folder(folder, assignments=None) -> list:
         autograded = paths.work() / "autograded" / sub.student / sub.assignment
         result.scores = {name: score for name, score in scores(sub.student, sub.assignment).items()
                          if (autograded / f"{name}.ipynb").exists()}
-    export = nbgrader("export", f"--ExportPlugin.to={paths.work() / 'grades.csv'}")
-    if export.returncode != 0:
-        print(f"warning: CSV export failed: {errors(export)}")
-    else:
-        finish_csv(paths.work() / "grades.csv", results)
+        result.cells = graded_cells(sub.student, sub.assignment, list(result.scores), gpu)
+        remember(result, when, staged=True)
+    write_csvs()
     return results
 
 
-def finish_csv(path, results) -> None:
-    """grades.csv as nbgrader exports it, plus `status` (graded / not submitted / not gradable, with
-    why) and `flags` (reasons to review a submission), and a row for every student seen, also those
-    whose submission never reached the gradebook."""
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        fields, rows = list(reader.fieldnames or []), list(reader)
-    ours = {(r.assignment, r.student): r for r in results if r.assignment in paths.assignments()}
-    with Gradebook(f"sqlite:///{paths.work() / 'gradebook.db'}") as gb:
-        def status(assignment, student):
-            r = ours.get((assignment, student))
-            if r is not None:
-                return "graded" if r.graded else "not gradable: " + "; ".join(r.problems)
-            try:
-                gb.find_submission(assignment, student)
-                return "graded"
-            except MissingEntry:
-                return "not submitted"
+# --- What each upload came to, kept across runs: <work>/records/<student>/<assignment>.json ---------------
+# {"student", "assignment",
+#  "upload": the latest upload: {"at", "graded", "problems", "flags"},
+#  "graded": the latest upload that was graded, or null: {"at", "problems", "flags", "notebooks",
+#            "cells": {notebook: {grade_id: {"message", "max", "here"}}}}}
+# An upload with nothing gradable keeps the "graded" of the copy before it (still in the gradebook); an
+# upload that was staged but not graded (its kernel died) clears it: its 0 in the gradebook means nothing.
 
+NO_GPU = "no CUDA GPU"
+
+
+def record_path(student: str, assignment: str) -> pathlib.Path:
+    return paths.work() / "records" / student / f"{assignment}.json"
+
+
+def write_json(path, data) -> None:
+    """Write `data` to `path` atomically: a reader sees the old file or the new one, never half of one."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def load_record(student: str, assignment: str) -> dict | None:
+    try:
+        return json.loads(record_path(student, assignment).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def load_records() -> dict:
+    """(assignment, student) -> record, for every record of an assignment that still exists."""
+    found = {}
+    known = set(paths.assignments())
+    for path in sorted((paths.work() / "records").glob("*/*.json")):
+        if path.stem not in known:
+            continue
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        found[(rec["assignment"], rec["student"])] = rec
+    return found
+
+
+def remember(result: Result, when: str, staged: bool) -> None:
+    """Record what this upload came to, beside what the records already hold."""
+    old = load_record(result.student, result.assignment) or {}
+    upload = {"at": when, "graded": result.graded, "problems": result.problems, "flags": result.flags}
+    if result.graded:
+        cells = {nb: {g: {k: c[k] for k in ("message", "max", "here")} for g, c in grades.items()}
+                 for nb, grades in result.cells.items()}
+        graded = {"at": when, "problems": result.problems, "flags": result.flags, "notebooks": sorted(result.scores),
+                  "cells": cells}
+    else:
+        graded = None if staged else old.get("graded")
+    write_json(record_path(result.student, result.assignment),
+               {"student": result.student, "assignment": result.assignment, "upload": upload, "graded": graded})
+
+
+def status(rec: dict) -> str:
+    upload, graded = rec["upload"], rec.get("graded")
+    if upload["graded"]:
+        return "graded"
+    why = "not gradable: " + "; ".join(upload["problems"])
+    return f"{why} (the score is that of the upload graded {graded['at']})" if graded else why
+
+
+def not_graded_here(graded: dict | None) -> list:
+    """'cell (N points)' for each cell of a graded upload that its grading machine could not grade."""
+    if not graded:
+        return []
+    return [f"{g} ({c['max']:g} points)" for cells in graded["cells"].values() for g, c in cells.items()
+            if not c["here"]]
+
+
+# --- The cells of a graded submission ------------------------------------------------------------------
+
+@functools.cache
+def on_gpu() -> bool:
+    """Whether this machine grades speed cells: hpcdl.ON_GPU, as the checker decides it (imported quietly)."""
+    quiet = os.environ.get("HPCDL_QUIET")
+    os.environ["HPCDL_QUIET"] = "1"
+    try:
+        import hpcdl
+    finally:
+        if quiet is None:
+            os.environ.pop("HPCDL_QUIET", None)
+        else:
+            os.environ["HPCDL_QUIET"] = quiet
+    return bool(hpcdl.ON_GPU)
+
+
+def is_speed_cell(grade_id: str) -> bool:
+    return grade_id.startswith(answers.SPEED_PREFIX)
+
+
+def speed_note(assignments) -> str | None:
+    """"N of M points are speed cells, not graded on this machine (no CUDA GPU): ...", or None where
+    these assignments have no speed cell."""
+    points = {a: answers.grade_cells(a) for a in assignments}
+    speed = {a: {g: p for g, p in cells.items() if is_speed_cell(g)} for a, cells in points.items()}
+    n, m = sum(sum(s.values()) for s in speed.values()), sum(sum(c.values()) for c in points.values())
+    if not any(speed.values()):
+        return None
+    where = "; ".join(f"{a}: {', '.join(s)}" for a, s in speed.items() if s)
+    return f"{n:g} of {m:g} points are speed cells, not graded on this machine ({NO_GPU}): {where}"
+
+
+def not_graded_here_text(points) -> str:
+    return (f"not graded here: speed is graded only on a CUDA GPU, and the machine that graded this notebook "
+            f"has none, so this cell's 0 of {points:g} points says nothing about your code")
+
+
+def mark_not_graded_here(autograded: pathlib.Path) -> None:
+    """In each autograded notebook of the folder, a speed cell's failure becomes "not graded here" (the
+    checker's message is the learner's self-check wording, wrong in a grade report). Scores are already
+    in the gradebook: outputs no longer change them."""
+    for path in sorted(autograded.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        changed = False
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            grade_id = str(meta.get("grade_id", ""))
+            if cell.cell_type != "code" or not meta.get("grade") or not is_speed_cell(grade_id):
+                continue
+            if not any(o.output_type == "error" for o in cell.outputs):
+                continue
+            text = not_graded_here_text(meta.get("points", 0))
+            lines = textwrap.wrap(f"NotGradedHere ({grade_id}): {text}", 110)
+            cell.outputs = [o for o in cell.outputs if o.output_type != "error"] + [
+                nbformat.v4.new_output("error", ename="NotGradedHere", evalue=text, traceback=lines)]
+            changed = True
+        if changed:
+            tmp = path.with_name(f".{path.name}.tmp")
+            nbformat.write(nb, tmp)
+            os.replace(tmp, path)
+
+
+def _said(cell) -> str:
+    """The first line of what the checker said about a grade cell ('' for a pass)."""
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "error":
+            text = str(out.get("evalue", "")).strip() or str(out.get("ename", ""))
+            return (text.splitlines() or [""])[0][:300]
+    return ""
+
+
+def graded_cells(student: str, assignment: str, notebooks: list, gpu: bool) -> dict:
+    """notebook -> grade_id -> {"score", "max", "message", "here"} for the given graded notebooks."""
+    found = {}
+    with Gradebook(f"sqlite:///{paths.work() / 'gradebook.db'}") as gb:
+        for name in notebooks:
+            try:
+                points = {g.name: (g.score, g.max_score)
+                          for g in gb.find_submission_notebook(name, assignment, student).grades}
+                nb = nbformat.read(paths.work() / "autograded" / student / assignment / f"{name}.ipynb",
+                                   as_version=4)
+            except (MissingEntry, OSError, ValueError):
+                continue
+            cells = found[name] = {}
+            for cell in nb.cells:
+                grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+                if grade_id in points:
+                    score, top = points[grade_id]
+                    cells[grade_id] = {"score": score, "max": top, "message": _said(cell),
+                                       "here": gpu or not is_speed_cell(grade_id)}
+    return found
+
+
+# --- Re-grading: the copy replaced keeps its score beside it -------------------------------------------
+
+def replaced_copies(student: str, assignment: str) -> list:
+    return list((paths.work() / "replaced").glob(f"*/{student}/{assignment}"))
+
+
+def summed(scores: dict):
+    """(score, max score) summed over notebooks, or None for none."""
+    return (sum(s for s, _ in scores.values()), sum(m for _, m in scores.values())) if scores else None
+
+
+def earlier_score(student: str, assignment: str) -> dict | None:
+    """What the copy about to be replaced scored: {"status", "score", "at"}; None where there is none."""
+    if not (paths.work() / "submitted" / student / assignment).exists():
+        return None
+    rec = load_record(student, assignment)
+    now = scores(student, assignment)
+    if rec is None:  # graded before records were kept: the gradebook, where an autograded copy exists
+        autograded = paths.work() / "autograded" / student / assignment
+        now = {n: s for n, s in now.items() if (autograded / f"{n}.ipynb").exists()}
+        return {"status": "graded" if now else "not gradable", "score": summed(now), "at": None}
+    graded = rec.get("graded")
+    if graded is None:
+        return {"status": status(rec), "score": None, "at": rec["upload"]["at"]}
+    return {"status": "graded", "score": summed({n: s for n, s in now.items() if n in graded["notebooks"]}),
+            "at": graded["at"]}
+
+
+def keep_earlier_score(earlier: dict, aside: set) -> None:
+    """Write the earlier score as score.json into the folder its copy was moved to."""
+    for folder in aside:
+        earlier["replaced"] = str(folder)
+        write_json(folder / "score.json", earlier)
+
+
+def changes(results: list) -> list:
+    """'student assignment: before -> after (+d)' for each re-graded submission whose score changed."""
+    def show(score):
+        return "%g / %g" % tuple(score) if score else "not gradable"
+
+    lines = []
+    for r in results:
+        if r.earlier is None:
+            continue
+        now = summed(r.scores) if r.graded else None
+        before = tuple(r.earlier["score"]) if r.earlier["score"] else None
+        if now == before:
+            continue
+        delta = f" ({now[0] - before[0]:+g})" if now and before else ""
+        lines.append(f"{r.student} {r.assignment}: {show(before)} -> {show(now)}{delta}")
+    return lines
+
+
+def keep_timestamp(folder, sub: submissions.Submission) -> list:
+    """Copy the submission's timestamp.txt (nbgrader's, written where uploads are collected) beside the
+    staged copy, so that nbgrader records when it was handed in and can apply a late penalty. Returns
+    problems."""
+    from nbgrader.utils import parse_utc
+
+    source = pathlib.Path(folder) / sub.student / sub.assignment / "timestamp.txt"
+    problems, text = [], None
+    try:  # never through a symbolic link; a FIFO does not block the open
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        fd = None
+    except OSError:
+        problems.append("timestamp.txt is a symbolic link or cannot be read: ignored")
+        fd = None
+    if fd is not None:
+        with os.fdopen(fd, "rb") as f:
+            text = f.read(200).decode("utf-8", "replace").strip() if stat.S_ISREG(os.fstat(f.fileno()).st_mode) else ""
+        try:
+            parse_utc(text)
+        except Exception:  # dateutil raises several types for text that is not a time
+            problems.append("timestamp.txt holds no time nbgrader reads: ignored")
+            text = None
+    if text:
+        (paths.work() / "submitted" / sub.student / sub.assignment / "timestamp.txt").write_text(text + "\n")
+    else:  # nbgrader keeps an earlier upload's time where the new one has none: that time is not this upload's
+        with Gradebook(f"sqlite:///{paths.work() / 'gradebook.db'}") as gb:
+            try:
+                submission = gb.find_submission(sub.assignment, sub.student)
+            except MissingEntry:
+                return problems
+            if submission.timestamp is not None:
+                submission.timestamp = None
+                gb.db.commit()
+    return problems
+
+
+# --- grades.csv and grades-by-cell.csv, written again from the records and the gradebook on every run ---
+
+SCORES = ("timestamp", "raw_score", "late_submission_penalty", "score")
+
+
+def write_csvs() -> None:
+    """grades.csv: nbgrader's export, one row per student and assignment, plus `status` (graded / not
+    submitted / not gradable, with why), `flags` (reasons to review a submission) and `not_graded_here`
+    (cells this machine could not grade); a row for every upload recorded, also those that never reached
+    the gradebook. An upload that could not be graded has no score, never a 0.
+    grades-by-cell.csv: one row per graded cell: its points, the first line of the check's message, and
+    whether it was graded on the machine that graded it."""
+    work = paths.work()
+    records = load_records()
+    export_to = work / f".grades-export.{os.getpid()}.csv"
+    export = nbgrader("export", f"--ExportPlugin.to={export_to}")
+    try:
+        if export.returncode != 0:
+            print(f"warning: CSV export failed, grades.csv not written: {errors(export)}")
+        else:
+            with open(export_to, newline="") as f:
+                reader = csv.DictReader(f)
+                fields, rows = list(reader.fieldnames or []), list(reader)
+            _write_grades(work / "grades.csv", fields, rows, records)
+    finally:
+        export_to.unlink(missing_ok=True)
+    _write_by_cell(work / "grades-by-cell.csv", records)
+
+
+def _write_grades(path, fields, rows, records) -> None:
+    rows = [row for row in rows if row["assignment"] in paths.assignments()]
+    with Gradebook(f"sqlite:///{paths.work() / 'gradebook.db'}") as gb:
+        seen = set()
         for row in rows:
             key = (row["assignment"], row["student_id"])
-            row["status"] = status(*key)
-            row["flags"] = "; ".join(ours[key].flags) if key in ours else ""
-    seen = {(row["assignment"], row["student_id"]) for row in rows}
-    for (assignment, student), r in ours.items():
-        if (assignment, student) not in seen:
-            rows.append({"assignment": assignment, "student_id": student,
-                         "status": "not gradable: " + "; ".join(r.problems), "flags": "; ".join(r.flags)})
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields + ["status", "flags"], restval="")
+            seen.add(key)
+            rec = records.get(key)
+            try:
+                gb.find_submission(*key)
+                submitted = True
+            except MissingEntry:
+                submitted = False
+            if rec is None:
+                row["status"] = "graded" if submitted else "not submitted"
+                continue
+            _fill(row, rec)
+            if rec.get("graded") is None:
+                row.update({k: "" for k in SCORES})
+        max_scores = {a.name: str(a.max_score) for a in gb.assignments}
+    for key, rec in records.items():
+        if key not in seen:
+            top = max_scores.get(key[0]) or str(float(sum(answers.grade_cells(key[0]).values())))
+            row = {"assignment": key[0], "student_id": key[1], "max_score": top}
+            _fill(row, rec)
+            rows.append(row)
+    rows.sort(key=lambda row: (row["assignment"], row["student_id"]))
+    _write_csv(path, fields + ["status", "flags", "not_graded_here"], rows)
+
+
+def _fill(row: dict, rec: dict) -> None:
+    upload, graded = rec["upload"], rec.get("graded")
+    row["status"] = status(rec)
+    row["flags"] = "; ".join(upload["flags"] if upload["graded"] or not graded else graded["flags"])
+    row["not_graded_here"] = "; ".join(f"{c}: {NO_GPU}" for c in not_graded_here(graded))
+
+
+def _write_by_cell(path, records) -> None:
+    rows = []
+    with Gradebook(f"sqlite:///{paths.work() / 'gradebook.db'}") as gb:
+        for assignment in gb.assignments:
+            if assignment.name not in paths.assignments():
+                continue
+            for submission in assignment.submissions:
+                rec = records.get((assignment.name, submission.student.id))
+                if rec is not None and rec.get("graded") is None:
+                    continue  # not gradable: no points, never a 0
+                graded = rec["graded"] if rec else None
+                for nb in submission.notebooks:
+                    if graded is not None and nb.name not in graded["notebooks"]:
+                        continue
+                    said = (graded or {}).get("cells", {}).get(nb.name, {})
+                    order = list(said)
+                    for g in sorted(nb.grades, key=lambda g: order.index(g.name) if g.name in order else len(order)):
+                        cell = said.get(g.name)
+                        here = "" if cell is None else "yes" if cell["here"] else f"no ({NO_GPU})"
+                        rows.append({"student": submission.student.id, "assignment": assignment.name,
+                                     "notebook": nb.name, "cell": g.name, "points": g.score, "max_points": g.max_score,
+                                     "message": cell["message"] if cell else "", "graded_here": here})
+    rows.sort(key=lambda row: (row["assignment"], row["student"], row["notebook"]))
+    _write_csv(path, ["student", "assignment", "notebook", "cell", "points", "max_points", "message", "graded_here"],
+               rows)
+
+
+def _write_csv(path, fields, rows) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, restval="")
         writer.writeheader()
         writer.writerows(rows)
+    os.replace(tmp, path)
+
+
+# --- What the command prints beside the score table ----------------------------------------------------
+
+def notes(r: Result) -> list:
+    """Notes for the score table: cells graded in this run that this machine could not grade."""
+    return [f"{g} ({c['max']:g} of {sum(x['max'] for x in cells.values()):g} points of {nb}): not graded here "
+            f"({NO_GPU})" for nb, cells in r.cells.items() for g, c in cells.items() if not c["here"]]
+
+
+def cell_summary(results: list) -> str:
+    """How many of this run's graded submissions passed (full points) each graded cell."""
+    cells = {}
+    for r in results:
+        for nb, grades in r.cells.items():
+            for g, c in grades.items():
+                entry = cells.setdefault((f"{r.assignment}/{nb}" if nb != r.assignment else nb, g),
+                                         {"max": c["max"], "passed": 0, "of": 0, "here": True})
+                entry["of"] += 1
+                entry["passed"] += c["score"] >= c["max"]
+                entry["here"] &= c["here"]
+    if not cells:
+        return ""
+    rows = [("notebook", "cell", "points", "passed")] + [
+        (nb, g, f"{e['max']:g}", f"{e['passed']} of {e['of']}" if e["here"] else f"not graded here ({NO_GPU})")
+        for (nb, g), e in cells.items()]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths)) + "  " + row[3] for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths) + "  ------")
+    return "\n".join(lines)
 
 
 def table(results: list) -> str:
@@ -165,7 +574,10 @@ def table(results: list) -> str:
             score = "%g / %g" % r.scores[name] if name in r.scores else "not graded"
             mine = [f for f in r.flags if f.startswith(name + ": ") or (i == 0 and not f.startswith(tuple(names)))]
             notes = "; ".join((r.problems if i == 0 else []) + [f"FLAGGED {f}" for f in mine])
-            rows.append((r.student, f"{r.assignment}/{name}" if name != r.assignment else name, score, notes))
+            row = (r.student, f"{r.assignment}/{name}" if name != r.assignment else name, score, notes)
+            # Names come from folder and file names: a terminal escape or a line break in one must not move
+            # the cursor or start a fake row (names are already `shown`; this catches anything else).
+            rows.append(tuple(submissions.printable(cell) for cell in row))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths)) + ("  " + row[3] if row[3] else "")
              for row in rows]

@@ -9,7 +9,8 @@ written into the test cells as outputs (an error output for a failure), which nb
 SaveAutoGrades then scores as usual. Cells without nbgrader metadata (plots, or cells a learner
 added) are not run when grading.
 
-Roles: a solution cell is an "answer" (worker only); a grade cell is a "test" (checker only);
+Roles: a solution cell is an "answer" (worker only); a grade cell is a "test" (checker only); a locked
+cell whose id starts with `check_` is a "selfcheck" (checker only, a failure is flagged, never scored);
 any other locked cell is "locked" (both: set-up, helpers, constants).
 """
 import json
@@ -27,6 +28,10 @@ from traitlets import Bool, Float
 from . import flags, paths
 
 HIDDEN = re.compile(r"BEGIN HIDDEN TESTS")
+# A locked cell whose id starts so is a learner's self-check that no grade may rest on (what ran in the
+# learner's process, such as which kernels launched, is told by that process): the checker runs it and
+# flags a failure.
+SELF_CHECK_PREFIX = "check_"
 
 
 def role(cell) -> str | None:
@@ -38,16 +43,22 @@ def role(cell) -> str | None:
     if meta.get("grade"):
         return "test"
     if meta.get("locked"):
-        return "locked"
+        return "selfcheck" if str(meta.get("grade_id", "")).startswith(SELF_CHECK_PREFIX) else "locked"
     return None
 
 
-def released_sources(assignment: str, notebook: str) -> set:
-    path = paths.COURSE / assignment / f"{notebook}.ipynb"
+def code_cells(folder, assignment: str, notebook: str) -> list:
+    path = folder / assignment / f"{notebook}.ipynb"
     try:
-        return {c.source.strip() for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"}
+        return [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
     except OSError:
-        return set()
+        return []
+
+
+def answer_names(*notebooks: list) -> set:
+    """The names the answer cells of these notebooks (the solution's, the release's) define: the only
+    answers the tests may use."""
+    return set().union(*(flags.defined_names(c.source) for cells in notebooks for c in cells if role(c) == "answer"))
 
 
 def report_path(student: str, assignment: str, notebook: str):
@@ -62,7 +73,9 @@ class TrustedExecute(Preprocessor):
         info = resources["nbgrader"]
         cells, review = [], []
         extra = 0
-        released = released_sources(info["assignment"], info["notebook"])
+        released_nb = code_cells(paths.COURSE, info["assignment"], info["notebook"])
+        released = {c.source.strip() for c in released_nb}
+        names = answer_names(released_nb, code_cells(paths.SOLUTIONS, info["assignment"], info["notebook"]))
         protected = set()
         for index, cell in enumerate(nb.cells):
             r = role(cell)
@@ -82,7 +95,7 @@ class TrustedExecute(Preprocessor):
                 review += flags.review(c["id"], c["source"], protected)
         if extra:
             review.append(f"{extra} code cell(s) added outside the answer cells: not run when graded")
-        result = self.check(cells)
+        result = self.check(cells, sorted(names))
         review += result.get("flags", [])
         verdicts = result.get("verdicts", {})
         for cell in nb.cells:
@@ -111,11 +124,11 @@ class TrustedExecute(Preprocessor):
                                     "seconds": result.get("seconds", {})}, indent=1))
         return nb, resources
 
-    def check(self, cells) -> dict:
+    def check(self, cells, names) -> dict:
         with tempfile.TemporaryDirectory(prefix="hpcdl-check-") as tmp:
             spec, out = os.path.join(tmp, "spec.json"), os.path.join(tmp, "verdicts.json")
             with open(spec, "w") as f:
-                json.dump({"cells": cells}, f)
+                json.dump({"cells": cells, "answer_names": names}, f)
             try:
                 proc = subprocess.run([sys.executable, "-m", "hpcdl_course.checker", spec, out],
                                       capture_output=True, text=True, timeout=self.timeout, cwd=tmp,

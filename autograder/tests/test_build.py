@@ -1,7 +1,8 @@
 """hpcdl.build: C++ extensions and MPI programs built in a child process, cached by source.
 
 One extension is built for the whole module (a build takes ~30 s here): a right and a wrong add, a
-function that segfaults, and one released as the C++ stub learners get. Broken sources are chosen
+function that segfaults, one that throws what C++ code throws (TORCH_CHECK and its kinds, standard
+exceptions), and one released as the C++ stub learners get. Broken sources are chosen
 to fail fast (a missing header stops the compiler at once).
 """
 import os
@@ -34,12 +35,26 @@ torch::Tensor add_wrong(torch::Tensor a, torch::Tensor b) { return add_upto(a, b
 
 void crash() { *reinterpret_cast<volatile int*>(8) = 1; }
 
+struct ShapeError : std::exception {
+    const char* what() const noexcept override { return "a shape error of the learner's own"; }
+};
+
+void throws(int64_t kind) {  // what C++ code raises, as Python sees it
+    TORCH_CHECK(kind != 0, "a and b must have one shape, got kind ", kind);    // RuntimeError
+    TORCH_CHECK_VALUE(kind != 1, "kind must not be 1");                       // ValueError
+    TORCH_CHECK_INDEX(kind != 2, "index 2 is out of range");                  // IndexError
+    TORCH_CHECK_TYPE(kind != 3, "expected a float32 tensor");                 // TypeError
+    if (kind == 4) throw std::invalid_argument("pybind11 makes this ValueError");
+    if (kind == 5) throw std::out_of_range("pybind11 makes this IndexError");
+    if (kind == 6) throw ShapeError();                                        // RuntimeError (pybind11)
+}
+
 torch::Tensor scale(torch::Tensor a, double factor) {
     // YOUR CODE HERE
     throw std::runtime_error("not implemented");
 }
 '''  # scale's body is the stub that hpcdl_course.cpp_stubs releases
-FUNCTIONS = ["add", "add_wrong", "crash", "scale"]
+FUNCTIONS = ["add", "add_wrong", "crash", "scale", "throws"]
 FAST = ("-O0",)  # these tests measure nothing: compile as fast as possible
 
 
@@ -87,6 +102,32 @@ def test_segfault_in_an_isolated_call_fails_that_call_only(toy, no_leftovers):
     with pytest.raises(IsolatedFailure, match=r"toy\.crash\(\) was killed by SIGSEGV"):
         toy.isolated("crash")()
     assert torch.equal(toy.add(torch.ones(2), torch.ones(2)), torch.full((2,), 2.0))  # this process lives on
+
+
+@capabilities.cxx
+@pytest.mark.parametrize("kind, expected", [(0, RuntimeError), (1, ValueError), (2, IndexError), (3, TypeError),
+                                            (4, ValueError), (5, IndexError), (6, RuntimeError)])
+def test_isolated_call_raises_what_the_call_here_raises(toy, kind, expected, no_leftovers):
+    with pytest.raises(expected) as here:
+        toy.throws(kind)
+    with pytest.raises(expected) as there:
+        toy.isolated("throws")(kind)
+    assert type(there.value) is type(here.value) is expected
+    assert str(there.value) == str(here.value)  # TORCH_CHECK's message, as this process would show it
+    assert there.value.__notes__ == ["raised by toy.throws() in a child process"]
+
+
+@capabilities.cxx
+def test_check_raises_sees_a_torch_check_through_an_isolated_call(toy):
+    a, b = torch.ones(3), torch.ones(4)
+    check.raises(toy.isolated("add"), (a, b), RuntimeError, because="for a and b of different shapes")
+    with pytest.raises(check.CheckFailed, match="raised RuntimeError for a and b of different shapes; expected "
+                                                "IsolatedFailure"):
+        check.raises(toy.isolated("add"), (a, b), IsolatedFailure, because="for a and b of different shapes")
+    with pytest.raises(RuntimeError, match="a and b must be float32 tensors of the same shape"):
+        toy.isolated("add")(a, b)
+    with pytest.raises(TypeError, match="incompatible function arguments"):  # pybind11's, as here
+        toy.isolated("add")(a, "not a tensor")
 
 
 @capabilities.cxx

@@ -6,6 +6,7 @@ import html
 import os
 import pathlib
 import re
+import shutil
 import tomllib
 
 import nbformat
@@ -156,6 +157,20 @@ def test_hidden_tests_and_solutions_do_not_leak(graded):
         assert [line for line in secrets if line in text] == []
 
 
+def test_hidden_inputs_do_not_reach_feedback(graded):
+    who = "record_hidden_inputs"
+    _needs(who)
+    page = (paths.work() / "feedback" / who / "02_roofline" / "02_roofline.html").read_text()
+    assert "seen: " in page, "the visible test's message should show what the learner's code raised"
+    assert "1e-300" not in page and "(50, 100, 2)" not in page
+
+
+def test_shadowing_a_builtin_is_refused_and_flagged(graded):
+    who = "shadow_builtin_min"
+    _needs(who)
+    assert any("binds min, which would shadow a Python builtin" in f for f in graded[2][who].flags)
+
+
 def test_grading_again_gives_the_same_grades(graded, tmp_path):
     folder, _, _ = graded
     graded_here = [c["name"] for c in CHEATS if c["assignment"] == VICTIM_ASSIGNMENT]
@@ -165,7 +180,7 @@ def test_grading_again_gives_the_same_grades(graded, tmp_path):
     again = tmp_path / "again"
     for student in (VICTIMS[0], cheat):
         (again / student).mkdir(parents=True)
-        os.symlink(folder / student / VICTIM_ASSIGNMENT, again / student / VICTIM_ASSIGNMENT)
+        shutil.copytree(folder / student / VICTIM_ASSIGNMENT, again / student / VICTIM_ASSIGNMENT)
     first = {s: _cell_scores(s, VICTIM_ASSIGNMENT) for s in (VICTIMS[0], cheat)}
     grade.grade_folder(again, [VICTIM_ASSIGNMENT])
     assert {s: _cell_scores(s, VICTIM_ASSIGNMENT) for s in first} == first

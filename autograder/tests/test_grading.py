@@ -98,7 +98,7 @@ def fixture_ids():
 
 @pytest.mark.parametrize("assignment, name", fixture_ids())
 def test_fixture_scores_as_declared(graded, assignment, name):
-    _, scores = graded
+    results, scores = graded
     fixture = next(f for f in answers.load(assignment) if f.name == name)
     expected = (set() if fixture.right else fixture.fails) | expected_speed_failures(assignment)
     failed = failed_cells(scores[(student(assignment, name), assignment)])
@@ -106,6 +106,11 @@ def test_fixture_scores_as_declared(graded, assignment, name):
         # A wrong answer may or may not also be slow; speed cells are asserted only where declared.
         failed -= answers.speed_cells(assignment) - fixture.fails
     assert failed == expected, fixture.why
+    flags = results[(student(assignment, name), assignment)].flags
+    for cell in fixture.flagged:
+        assert any(f"self-check {cell} failed" in f for f in flags), (fixture.why, flags)
+    if fixture.right:
+        assert not any("self-check" in f for f in flags), flags
 
 
 FIRST = [grouped(a) for a in ASSIGNMENTS if a == paths.assignments()[0]]

@@ -1,8 +1,15 @@
+"""hpcdl.isolation: commands and Python calls in a child process; and how an exception a child raises
+comes back (hpcdl.processes.raised), in the lab and, through remote._exception, when graded."""
+import builtins
+import math
+import re
 import sys
+import textwrap
 
 import pytest
 
-from hpcdl import isolation
+from hpcdl import check, isolation, processes, remote
+from hpcdl.guard import OutOfBounds
 from hpcdl.isolation import IsolatedFailure
 
 
@@ -50,3 +57,157 @@ def test_call_reports_a_crash(tmp_path):
     module.write_text("import ctypes\n\ndef work():\n    ctypes.string_at(0)\n")
     with pytest.raises(IsolatedFailure, match=r"work\(\) from crash.py was killed by SIGSEGV"):
         isolation.call(module, "work", timeout=60)
+
+
+# --- exceptions cross with their type ------------------------------------------------------------
+
+LEARNER_PY = '''
+class ShapeError(ValueError):
+    pass
+
+
+def fails(kind, message):
+    if kind == "custom":
+        raise ShapeError(message)
+    raise {"value": ValueError, "runtime": RuntimeError, "type": TypeError, "index": IndexError}[kind](message)
+'''
+
+
+@pytest.mark.parametrize("kind, expected", [("value", ValueError), ("runtime", RuntimeError), ("type", TypeError),
+                                            ("index", IndexError)])
+def test_call_raises_the_childs_builtin_exception_again(tmp_path, kind, expected):
+    module = tmp_path / "learner.py"
+    module.write_text(LEARNER_PY)
+    with pytest.raises(expected) as raised:
+        isolation.call(module, "fails", kind, "x must be positive", timeout=60)
+    assert type(raised.value) is expected and str(raised.value) == "x must be positive"
+    assert raised.value.__notes__ == ["raised by fails() from learner.py in a child process"]
+    check.raises(isolation.call, (module, "fails", kind, "m"), expected)  # what a test cell does
+
+
+def test_a_class_of_the_childs_own_comes_back_by_name_only(tmp_path):
+    module = tmp_path / "learner.py"
+    module.write_text(LEARNER_PY)
+    with pytest.raises(processes.ChildError) as raised:
+        isolation.call(module, "fails", "custom", "3 is not 4", timeout=60)
+    e = raised.value
+    assert type(e).__name__ == "ShapeError" and str(e) == "3 is not 4"
+    assert not isinstance(e, ValueError), "only the type's name travels, never its class or bases"
+
+
+def test_an_exception_while_importing_the_file_comes_back_too(tmp_path):
+    module = tmp_path / "broken.py"
+    module.write_text("raise KeyError('missing')\n")
+    with pytest.raises(KeyError):
+        isolation.call(module, "anything", timeout=60)
+
+
+def test_exit_and_crash_stay_isolated_failures(tmp_path):
+    module = tmp_path / "exits.py"
+    module.write_text("import sys\n\ndef work():\n    sys.exit(3)\n")  # SystemExit is not an answer's exception
+    with pytest.raises(IsolatedFailure, match=r"work\(\) from exits.py exited with code 3"):
+        isolation.call(module, "work", timeout=60)
+
+
+# A hostile child writes the report itself, naming whatever it likes, and exits.
+FORGED = [
+    "SystemExit", "KeyboardInterrupt", "GeneratorExit", "BaseException",  # not Exceptions: never raised here
+    "object", "type", "eval", "exec", "__import__", "open", "print", "breakpoint",  # builtins, not exceptions
+    "OSError", "FileNotFoundError", "UnicodeDecodeError",  # builtin, but the caller's own kind of error
+    "ExceptionGroup",  # builtin, but needs more than a message
+    "CheckFailed", "IsolatedFailure", "RanksFailed", "OutOfBounds", "ChildError",  # hpcdl's own
+    "os.system", "subprocess.Popen", "hpcdl.check.CheckFailed", "torch.OutOfMemoryError",  # dotted paths
+    "", "__class__", "A B;import os", "x" * 500,
+]
+
+
+@pytest.mark.parametrize("name", FORGED)
+def test_a_hostile_child_cannot_choose_the_class_raised_here(tmp_path, name):
+    module = tmp_path / "hostile.py"
+    module.write_text(textwrap.dedent(f'''
+        import json, os, sys
+
+        def work():
+            with open(sys.argv[-1], "w") as f:  # the report's path
+                json.dump({{"type": {name!r}, "message": "forged", "when": 0}}, f)
+            os._exit(1)
+    '''))
+    with pytest.raises(processes.ChildError) as raised:
+        isolation.call(module, "work", timeout=60)
+    cls = type(raised.value)
+    assert cls.__bases__ == (processes.ChildError,) and cls.__module__ == "hpcdl.processes"
+    assert str(raised.value) == "forged" and re.fullmatch(r"[A-Za-z0-9_]{1,60}", cls.__name__)
+
+
+@pytest.mark.parametrize("name", sorted(processes.BUILTIN_EXCEPTIONS))
+def test_every_builtin_exception_is_rebuilt_as_itself(name):
+    e = processes.rebuild_exception(name, "message")
+    cls = getattr(builtins, name)
+    if name == "ExceptionGroup":  # needs a list of exceptions beside its message
+        assert type(e).__name__ == name and isinstance(e, processes.ChildError)
+    else:
+        assert type(e) is cls and str(e) == ("'message'" if name == "KeyError" else "message")
+    assert issubclass(cls, Exception) and not issubclass(cls, (OSError, UnicodeError))
+
+
+def test_builtins_changed_later_are_not_used(monkeypatch):
+    real = ValueError
+
+    class Evil(Exception):
+        pass
+    Evil.__module__ = "builtins"
+    monkeypatch.setattr(builtins, "Evil", Evil, raising=False)
+    monkeypatch.setattr(builtins, "ValueError", Evil)
+    assert isinstance(processes.rebuild_exception("Evil", "m"), processes.ChildError)
+    assert type(processes.rebuild_exception("ValueError", "m")) is real
+
+
+def test_messages_are_cut_as_the_grading_worker_cuts_them():
+    e = processes.rebuild_exception("RuntimeError", "x" * 10_000)
+    assert str(e) == "x" * processes.MESSAGE_LIMIT == "x" * 2000
+
+
+@pytest.mark.parametrize("content", [
+    b"", b"not json", b"\xff\xfe", b"[1, 2]", b'"RuntimeError"', b'{"type": 1, "message": "m"}',
+    b'{"type": "RuntimeError", "message": ["m"]}', b'{"message": "m"}',
+    b"[" * 30_000 + b"]" * 30_000,  # nested too deep for json, under the size limit
+    b'{"type": "RuntimeError", "message": "' + b"m" * 100_000 + b'"}',  # over the size limit
+])
+def test_what_is_not_a_report_is_ignored(tmp_path, content):
+    path = tmp_path / "raised.json"
+    path.write_bytes(content)
+    assert processes.raised(path) is None
+    assert processes.raised(tmp_path / "missing.json") is None
+
+
+def test_a_report_without_a_usable_time_counts_as_last(tmp_path):
+    path = tmp_path / "raised.json"
+    for when in ('"soon"', "true", "NaN", "null"):
+        path.write_text(f'{{"type": "IndexError", "message": "m", "when": {when}}}')
+        e, at = processes.raised(path)
+        assert type(e) is IndexError and at == math.inf
+
+
+@pytest.mark.parametrize("name", ["RuntimeError", "ValueError", "TypeError", "IndexError", "KeyError",
+                                  "NotImplementedError", "ShapeError", "SystemExit", "OSError", "eval", ""])
+def test_graded_exceptions_have_the_lab_type(name):
+    """The checker makes the worker's exception (remote._exception) as the lab makes a child's."""
+    lab = processes.rebuild_exception(name, "the message")
+    graded = remote._exception({"ok": False, "error": name, "message": "the message"})
+    assert str(graded) == str(lab)
+    if type(lab) in processes.BUILTIN_EXCEPTIONS.values():
+        assert type(graded) is type(lab)
+        check.raises(raise_it, (graded,), type(lab))  # what a test cell does, in the lab and when graded
+    else:
+        assert type(graded).__name__ == type(lab).__name__ and isinstance(graded, processes.ChildError)
+        assert isinstance(graded, remote.RemoteError)  # the checker shows the whole message of these
+        check.raises(raise_it, (graded,), processes.ChildError)
+
+
+def raise_it(e):
+    raise e
+
+
+def test_graded_out_of_bounds_is_hpcdls_own():
+    e = remote._exception({"ok": False, "error": "OutOfBounds", "message": "m", "hint": "h"})
+    assert type(e) is OutOfBounds and e.hint == "h"

@@ -4,10 +4,11 @@ A test-only assignment (fixtures/processes/solutions/99_processes: never in solu
 released here or to learners) is copied into a temporary course root (HPCDL_COURSE_ROOT), built,
 released and graded with `make grade`'s own grade_folder, in a child process that reads that root:
 an all-reduce on 2 and 3 MPI ranks in Python (mpi4py) and in C++ (MPI_Send/MPI_Recv), an average
-over 2 torch.distributed ranks (gloo) and a C++ extension. Three submissions: the solution, wrong
-results in every exercise, and a deadlocking rank, a compile error and a segfaulting extension
-beside a right answer. Each fails exactly the cells its fixture names, with a message saying why,
-and no process is left running.
+over 2 torch.distributed ranks (gloo) and a C++ extension, whose TORCH_CHECK must reach a test cell
+as a RuntimeError (hpcdl.check.raises) from the extension's process through the worker. Three
+submissions: the solution, wrong results in every exercise (and no input check), and a deadlocking
+rank, a compile error and a segfaulting extension beside a right answer. Each fails exactly the
+cells its fixture names, with a message saying why, and no process is left running.
 """
 import json
 import os
@@ -101,7 +102,7 @@ def cell_outputs(graded, student) -> dict:
 @needs_tools
 def test_solution_gets_every_point(graded):
     cells = graded["scores"]["solution"]
-    assert len(cells) == 6 and failed(cells) == set(), cell_outputs(graded, "solution")
+    assert len(cells) == 7 and failed(cells) == set(), cell_outputs(graded, "solution")
     assert graded["results"]["solution"]["problems"] == [] and graded["results"]["solution"]["flags"] == []
 
 

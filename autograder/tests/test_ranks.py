@@ -1,8 +1,9 @@
 """hpcdl.ranks: learner code as MPI ranks (mpi4py and C++) and as torch.distributed ranks.
 
 Each all-reduce runs a right and a wrong version (the reduce-scatter one step short), and the check
-must catch the wrong one. A hang, a crash and an exception must be reported by rank, with nothing
-left running.
+must catch the wrong one. A hang and a crash must be reported by rank, with nothing left running; an
+exception a rank raises must be raised again in the caller with its type (a hostile rank cannot choose
+another class).
 """
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ import torch
 
 import capabilities
 from leftovers import no_leftovers  # noqa: F401  (a fixture)
-from hpcdl import build, check, files, ranks
+from hpcdl import build, check, files, processes, ranks
 from hpcdl.ranks import RanksFailed
 
 N = 11  # elements: not a multiple of 2 or 3, so the chunks differ in size
@@ -50,6 +51,17 @@ def deadlock(rank, size):
     if rank == 1:
         MPI.COMM_WORLD.recv(source=0)  # rank 0 never sends
     return rank
+
+
+class ShapeError(ValueError):
+    pass
+
+
+def fails(rank, size, kind):
+    if rank == 1:
+        raise ShapeError("rank 1's own kind of error") if kind == "own" else ValueError("n must be positive")
+    MPI.COMM_WORLD.recv(source=1)  # waits for rank 1, which never sends
+
 '''
 
 RING_CPP = r'''
@@ -137,6 +149,30 @@ def fails(rank, world_size):
     if rank == 1:
         raise ValueError("rank 1 got a tensor of the wrong shape")
     dist.barrier()
+
+
+def forges(rank, world_size, name):
+    """A hostile rank: it writes the report of an exception itself, naming any class, and exits."""
+    import json, os, sys
+    if rank == 1:
+        with open(os.path.join(sys.argv[-1], f"rank{rank}.raised"), "w") as f:
+            json.dump({"type": name, "message": "forged", "when": 0}, f)
+        os._exit(1)
+    return rank
+
+
+def crashes(rank, world_size):
+    if rank == 0:
+        import ctypes
+        ctypes.string_at(0)  # a segfault: no exception of Python's
+    time.sleep(2)  # within ranks.GRACE
+    raise ValueError("rank 1 raises after rank 0 died")
+
+
+def exits(rank, world_size):
+    if rank == 1:
+        raise SystemExit(3)  # an exit, not an exception to raise again
+    return rank
 '''
 
 
@@ -210,6 +246,18 @@ def test_deadlocked_mpi_rank_is_named_and_stopped(ring_py, no_leftovers):
     assert "rank 0: returned its value" in message and "rank 1: did not finish" in message
 
 
+@capabilities.mpi
+def test_exception_in_an_mpi_rank_is_raised_again_with_its_type(ring_py, no_leftovers):
+    with pytest.raises(ValueError) as raised:
+        ranks.mpi_call(ring_py, "fails", 3, args=("builtin",), timeout=60)
+    assert type(raised.value) is ValueError and str(raised.value) == "n must be positive"
+    assert raised.value.__notes__ == ["raised on rank 1 by fails() of ring_allreduce.py on 3 MPI ranks; every "
+                                      "process of the run was stopped"]
+    with pytest.raises(processes.ChildError) as raised:  # a class of the rank's own: by name, never its bases
+        ranks.mpi_call(ring_py, "fails", 2, args=("own",), timeout=60)
+    assert type(raised.value).__name__ == "ShapeError" and not isinstance(raised.value, ValueError)
+
+
 @pytest.fixture
 def average_py(tmp_path):
     return files.write(tmp_path / "average.py", AVERAGE_PY)
@@ -238,12 +286,34 @@ def test_hung_torch_rank_is_named_and_stopped(average_py, no_leftovers):
     assert "rank 0: finished" in message
 
 
-def test_exception_in_a_torch_rank_names_it_first(average_py, no_leftovers):
-    with pytest.raises(RanksFailed) as failure:
+def test_exception_in_a_torch_rank_is_raised_again_with_its_type(average_py, no_leftovers):
+    with pytest.raises(ValueError) as raised:
         ranks.torch_distributed(average_py, "fails", 2, backend="gloo", timeout=60)
+    e = raised.value
+    assert type(e) is ValueError and str(e) == "rank 1 got a tensor of the wrong shape"
+    # rank 0 may have raised too (gloo: its peer closed the connection), but after rank 1
+    assert e.__notes__[0].startswith("raised on rank 1 by fails() of average.py on 2 gloo ranks")
+    check.raises(ranks.torch_distributed, (average_py, "fails", 2), ValueError)  # what a test cell does
+
+
+@pytest.mark.parametrize("name", ["SystemExit", "KeyboardInterrupt", "eval", "os.system", "OSError", "RanksFailed"])
+def test_a_hostile_torch_rank_cannot_choose_the_class_raised_here(average_py, name, no_leftovers):
+    with pytest.raises(processes.ChildError) as raised:
+        ranks.torch_distributed(average_py, "forges", 2, args=(name,), backend="gloo", timeout=60)
+    assert type(raised.value).__bases__ == (processes.ChildError,) and str(raised.value) == "forged"
+
+
+def test_a_crash_that_makes_another_rank_raise_is_described_rank_by_rank(average_py, no_leftovers):
+    with pytest.raises(RanksFailed) as failure:
+        ranks.torch_distributed(average_py, "crashes", 2, backend="gloo", timeout=60)
     message = str(failure.value)
-    assert message.startswith("fails() of average.py on 2 gloo ranks: rank 1 exited with code 1.")
-    assert "ValueError: rank 1 got a tensor of the wrong shape" in message
+    assert message.startswith("crashes() of average.py on 2 gloo ranks: rank 0 was killed by SIGSEGV")
+    assert "rank 1: exited with code 1" in message and "ValueError: rank 1 raises after rank 0 died" in message
+
+
+def test_exit_in_a_torch_rank_is_still_described_rank_by_rank(average_py, no_leftovers):
+    with pytest.raises(RanksFailed, match=r"exits\(\) of average.py on 2 gloo ranks: rank 1 exited with code 3\."):
+        ranks.torch_distributed(average_py, "exits", 2, backend="gloo", timeout=60)
 
 
 @capabilities.gpu

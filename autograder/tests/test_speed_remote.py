@@ -26,6 +26,30 @@ def transposed(x, y):
 class Adder:
     def forward(self, x, y):
         return x + y
+
+class Lazy(torch.Tensor):
+    """Looks like the output; an element read before the rest would be all a lazy answer computes."""
+
+def lazy(x, y):
+    return (x + y).as_subclass(Lazy)
+
+from torch.overrides import TorchFunctionMode
+
+SEEN = []
+
+class Watcher(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        SEEN.append(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+def start_watching():
+    Watcher().__enter__()
+
+def seen():
+    return list(SEEN)
+
+def forget():
+    SEEN.clear()
 '''
 
 
@@ -72,3 +96,16 @@ def test_methods_of_objects_in_the_worker_are_timed_too(worker):
 def test_a_result_reused_across_timed_calls_fails(worker):
     with pytest.raises(check.CheckFailed, match="wrong on the timed calls"):
         speed._remote_seconds(remote.RemoteCallable(worker, "memoised"), inputs, torch.add, "memoised", 0.0)
+
+
+def test_a_tensor_subclass_is_refused_as_a_timed_output(worker):
+    with pytest.raises(TypeError, match="not a plain torch.Tensor"):
+        speed._remote_seconds(remote.RemoteCallable(worker, "lazy"), lambda: inputs((1 << 10,)), torch.add, "lazy", 0.0)
+
+
+def test_no_learner_mode_sees_a_timed_batch_before_the_clock(worker):
+    remote.RemoteCallable(worker, "start_watching")()
+    remote.RemoteCallable(worker, "forget")()
+    big = [inputs((1 << 18,)) for _ in range(3)]  # past wire.RECIPE_MIN_BYTES: the worker redraws them itself
+    worker.request({"op": "load_sets", "sets": big}, what="sets")
+    assert remote.RemoteCallable(worker, "seen")() == []

@@ -90,10 +90,10 @@ DEVICE = hpcdl.DEVICE
 #   `add_kernel`. Do not modify `x` or `y`.
 # - **Errors:** if the shapes, dtypes or devices differ, raise `ValueError` with a message saying which.
 #
-# **Graded** (11 points): values on odd sizes (3), non-contiguous and multi-dimensional inputs (1),
-# the errors (1), that the result comes from your kernel (2), hidden tests with more sizes and dtypes (2),
+# **Graded** (11 points): values on odd sizes (5), non-contiguous and multi-dimensional inputs (1),
+# the errors, with a right result for valid inputs (1), hidden tests with more sizes and dtypes (2),
 # and, on a CUDA GPU only, speed: at least 85% of this card's copy bandwidth at `2**26` float32
-# elements (2).
+# elements (2). A self-check (not graded) proves that the result comes from your kernel.
 
 # %% [answer add_kernel]
 @triton.jit
@@ -149,7 +149,7 @@ def add_reference(x, y):
     return (x.double() + y.double()).to(x.dtype)
 
 
-# %% [test test_odd_sizes 3]
+# %% [test test_odd_sizes 5]
 odd_sizes = [((n,), torch.float32) for n in (1, 97, 1000, 4097, 1823 * 781)] + [((5003,), torch.float16)]
 hpcdl.check.outputs(vector_add, add_reference, add_inputs, odd_sizes, kernels=[add_kernel])
 
@@ -172,13 +172,17 @@ hpcdl.check.outputs(vector_add, add_reference, strided_inputs, [((1001,), torch.
 
 # %% [test test_errors 1]
 a = torch.rand(10, device=DEVICE)
+hpcdl.check.outputs(vector_add, add_reference, add_inputs, [((10,), torch.float32)], kernels=[add_kernel],
+                    name="vector_add (valid inputs, beside the errors)")
 hpcdl.check.raises(vector_add, (a, torch.rand(11, device=DEVICE)), ValueError, because="for shapes (10,) and (11,)")
 hpcdl.check.raises(vector_add, (a, torch.rand(10, device=DEVICE).half()), ValueError,
                    because="for float32 and float16")
 if hpcdl.ON_GPU:
     hpcdl.check.raises(vector_add, (a, torch.rand(10)), ValueError, because="for cuda and cpu tensors")
 
-# %% [test test_kernel_used 2]
+# %% [locked check_kernel_used]
+# Self-check, not graded: the result must come from your kernel. The grader cannot see what code ran in
+# your process, so when graded a failure here is reported to your instructor instead of costing points.
 hpcdl.check.kernel_used(vector_add, add_kernel, add_inputs, add_reference, (4099,), torch.float32)
 
 # %% [test test_hidden 2]

@@ -128,9 +128,9 @@ BEST_SPEEDUP = (NAIVE_READS + NAIVE_WRITES) / (FUSED_READS + FUSED_WRITES)
 # - **Errors:** raise `ValueError` if `x` is not 2-D or its dtype is not one of these three (the setup cell
 #   names them: `SOFTMAX_DTYPES`).
 #
-# **Graded** (12 points): values on odd shapes, float16 and large values (3); views with row strides and
-# a transpose (1); the errors of this and of Exercise 3 (1); that the result comes from your kernel (2);
-# hidden tests with fresh random shapes and data (2); and, on a CUDA GPU only, speed at 8192 × 8192
+# **Graded** (12 points): values on odd shapes, float16 and large values (5); views with row strides and
+# a transpose (1); the errors of this and of Exercise 3, with right results for valid inputs (1); hidden
+# tests with fresh random shapes and data (2); and, on a CUDA GPU only, speed at 8192 × 8192
 # float32 (3, see the end of the notebook). bfloat16 is checked only on a GPU: Triton's CPU interpreter
 # computes it wrongly.
 
@@ -209,9 +209,8 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
 #   `online_softmax_kernel`, one program per row. The running maximum and sum are kept in float32.
 # - **Errors:** those of Exercise 2.
 #
-# **Graded** (9 points): rows shorter than, as long as and longer than a block (2); rows of length 1,
-# rows with `-inf` entries, rows entirely `-inf`, large values (2); that the result comes from your kernel
-# (1); hidden tests with fresh random shapes and data (2); and, on a CUDA GPU only, speed at
+# **Graded** (9 points): rows shorter than, as long as and longer than a block (3); rows of length 1,
+# rows with `-inf` entries, rows entirely `-inf`, large values (2); hidden tests with fresh random shapes and data (2); and, on a CUDA GPU only, speed at
 # 1024 × 65536 float32 (2).
 #
 # *Speed hint:* the second pass can walk the blocks backwards. The blocks read last by the first pass are
@@ -384,7 +383,7 @@ hpcdl.check.close_to(BEST_SPEEDUP, 4, name="BEST_SPEEDUP", rel=1e-3, hidden=True
 # %% [markdown]
 # ### Exercise 2
 
-# %% [test test_softmax 3]
+# %% [test test_softmax 5]
 odd_shapes = [((1, 1), torch.float32), ((3, 7), torch.float32), ((37, 1000), torch.float32),
               ((5, 4099), torch.float32), ((65, 333), torch.float16)]
 hpcdl.check.outputs(softmax, softmax_reference, matrix, odd_shapes, kernels=[softmax_kernel])
@@ -401,6 +400,7 @@ hpcdl.check.outputs(softmax, softmax_reference, transposed, [((31, 45), torch.fl
 
 # %% [test test_errors 1]
 for fn in (softmax, online_softmax):
+    hpcdl.check.outputs(fn, softmax_reference, matrix, [((3, 4), torch.float32)], name=f"{fn.__name__} (valid inputs)")
     hpcdl.check.raises(fn, (torch.rand(10, device=DEVICE),), ValueError, because="for a 1-D tensor")
     hpcdl.check.raises(fn, (torch.rand(2, 3, 4, device=DEVICE),), ValueError, because="for a 3-D tensor")
     hpcdl.check.raises(fn, (torch.ones(3, 4, dtype=torch.int32, device=DEVICE),), ValueError,
@@ -408,7 +408,9 @@ for fn in (softmax, online_softmax):
     hpcdl.check.raises(fn, (torch.rand(3, 4, dtype=torch.float64, device=DEVICE),), ValueError,
                        because="for a float64 tensor")
 
-# %% [test test_softmax_kernel_used 2]
+# %% [locked check_softmax_kernel_used]
+# Self-check, not graded: the result must come from your kernel. The grader cannot see what code ran in
+# your process, so when graded a failure here is reported to your instructor instead of costing points.
 hpcdl.check.kernel_used(softmax, softmax_kernel, matrix, softmax_reference, (33, 77), torch.float32)
 
 # %% [test test_softmax_hidden 2]
@@ -434,7 +436,7 @@ for make in (large_matrix, column_slice, every_other_row):
 #
 # These tests pass `block=TEST_BLOCK` (64), so rows of a few hundred columns already span several blocks.
 
-# %% [test test_online 2]
+# %% [test test_online 3]
 lengths = [((5, 37), torch.float32), ((4, 64), torch.float32), ((3, 65), torch.float32), ((6, 200), torch.float32),
            ((2, 4099), torch.float32), ((3, 333), torch.float16)]
 hpcdl.check.outputs(online_softmax, softmax_reference, with_block(matrix), lengths, kernels=[online_softmax_kernel])
@@ -453,7 +455,9 @@ hpcdl.check.outputs(online_softmax, softmax_reference, with_block(large_matrix),
                     [((5, 300), torch.float16), ((4, 200), torch.float32)],
                     kernels=[online_softmax_kernel], name="online_softmax (large values)")
 
-# %% [test test_online_kernel_used 1]
+# %% [locked check_online_kernel_used]
+# Self-check, not graded: the result must come from your kernel. The grader cannot see what code ran in
+# your process, so when graded a failure here is reported to your instructor instead of costing points.
 hpcdl.check.kernel_used(online_softmax, online_softmax_kernel, with_block(matrix), softmax_reference, (5, 200),
                         torch.float32)
 

@@ -218,9 +218,8 @@ def tl_gelu_tanh(x):
 # - **Errors:** `ValueError` if `x` is not 2-D, `bias` is not 1-D, their lengths do not match, or a dtype is
 #   not one of these three or differs between them.
 #
-# **Graded** (9 points): values on odd shapes, float32 and float16, and views (3); the errors of this and of
-# Exercise 4 (1); that the result comes from your kernel (1); hidden tests with fresh random shapes and data
-# (2); and, on a CUDA GPU only, speed at 16384 × 8192 float16 (2, see the end of the notebook). bfloat16 is
+# **Graded** (9 points): values on odd shapes, float32 and float16, and views (4); the errors of this and of
+# Exercise 4, with right results for valid inputs (1); hidden tests with fresh random shapes and data (2); and, on a CUDA GPU only, speed at 16384 × 8192 float16 (2, see the end of the notebook). bfloat16 is
 # checked only on a GPU: Triton's CPU interpreter computes it wrongly.
 
 # %% [answer bias_gelu]
@@ -322,8 +321,7 @@ def bias_gelu(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
 # - **Errors:** `ValueError` if `x` or `weight` is not 2-D, `bias` is not 1-D, the shapes do not fit
 #   together, or the dtypes are not all float16 or all bfloat16.
 #
-# **Graded** (9 points): values on odd shapes and views (3); that the result comes from your kernel (1);
-# hidden tests (2); and, on a CUDA GPU only, speed at 4096 × 11008 × 4096 float16 (3). The float16 tests on
+# **Graded** (9 points): values on odd shapes and views (4); hidden tests (2); and, on a CUDA GPU only, speed at 4096 × 11008 × 4096 float16 (3). The float16 tests on
 # a CPU use small odd sizes: the interpreter runs `tl.dot` slowly. bfloat16 is checked only on a GPU (the
 # interpreter's bfloat16 `tl.dot` is wrong).
 
@@ -593,7 +591,7 @@ for _ in range(4):
 # %% [markdown]
 # ### Exercise 3
 
-# %% [test test_bias_gelu 3]
+# %% [test test_bias_gelu 4]
 odd_shapes = [((1, 1), torch.float32), ((3, 7), torch.float32), ((37, 1000), torch.float32),
               ((5, 4099), torch.float32), ((65, 333), torch.float16)]
 hpcdl.check.outputs(bias_gelu, bias_gelu_reference, matrix_and_bias, odd_shapes, kernels=[bias_gelu_kernel])
@@ -604,6 +602,10 @@ hpcdl.check.outputs(bias_gelu, bias_gelu_reference, transposed, [((31, 45), torc
 
 # %% [test test_errors 1]
 vector = torch.rand(10, device=DEVICE)
+hpcdl.check.outputs(bias_gelu, bias_gelu_reference, matrix_and_bias, [((4, 10), torch.float32)],
+                    kernels=[bias_gelu_kernel], name="bias_gelu (valid inputs)")
+hpcdl.check.outputs(linear_gelu, linear_gelu_reference, linear_inputs, [((5, 6, 7), torch.float16)],
+                    kernels=[linear_gelu_kernel], name="linear_gelu (valid inputs)")
 for args, because in [((vector, vector), "for a 1-D x"),
                       ((torch.rand(4, 10, device=DEVICE), torch.rand(4, 10, device=DEVICE)), "for a 2-D bias"),
                       ((torch.rand(4, 10, device=DEVICE), torch.rand(9, device=DEVICE)), "for a bias of 9 on 10 columns"),
@@ -619,7 +621,9 @@ for args, because in [((x16[0], w16, b16), "for a 1-D x"),
                       ((x16, w16.float(), b16), "for a float32 weight with float16 x")]:
     hpcdl.check.raises(linear_gelu, args, ValueError, because=because)
 
-# %% [test test_bias_gelu_kernel_used 1]
+# %% [locked check_bias_gelu_kernel_used]
+# Self-check, not graded: the result must come from your kernel. The grader cannot see what code ran in
+# your process, so when graded a failure here is reported to your instructor instead of costing points.
 hpcdl.check.kernel_used(bias_gelu, bias_gelu_kernel, matrix_and_bias, bias_gelu_reference, (33, 77), torch.float32)
 
 # %% [test test_bias_gelu_hidden 2]
@@ -643,7 +647,7 @@ for make in (column_slice, transposed):
 #
 # Shapes are `(M, N, K)`. On a CPU they stay below 70: the interpreter's `tl.dot` is slow.
 
-# %% [test test_linear_gelu 3]
+# %% [test test_linear_gelu 4]
 linear_shapes = [((1, 1, 1), torch.float16), ((3, 5, 7), torch.float16), ((37, 19, 65), torch.float16),
                  ((65, 47, 33), torch.float16), ((16, 64, 32), torch.float16)]
 hpcdl.check.outputs(linear_gelu, linear_gelu_reference, linear_inputs, linear_shapes, kernels=[linear_gelu_kernel])
@@ -654,7 +658,9 @@ if hpcdl.ON_GPU:
                         [((1000, 777, 515), torch.float16), ((300, 1001, 257), torch.bfloat16)],
                         kernels=[linear_gelu_kernel], name="linear_gelu (larger shapes)")
 
-# %% [test test_linear_gelu_kernel_used 1]
+# %% [locked check_linear_gelu_kernel_used]
+# Self-check, not graded: the result must come from your kernel. The grader cannot see what code ran in
+# your process, so when graded a failure here is reported to your instructor instead of costing points.
 hpcdl.check.kernel_used(linear_gelu, linear_gelu_kernel, linear_inputs, linear_gelu_reference, (33, 35, 37),
                         torch.float16)
 
@@ -680,8 +686,6 @@ hpcdl.check.outputs(linear_gelu, linear_gelu_reference, linear_views, view_cases
 mlp, mlp_reference = mlp_under_test(37, 70, torch.float16, hpcdl.check.generator(hpcdl.check.new_seed()))
 hpcdl.check.outputs(mlp, mlp_reference, activations, [((9, 37), torch.float16), ((2, 5, 37), torch.float16)],
                     kernels=[linear_gelu_kernel], name="FusedMLP(37, 70)")
-hpcdl.check.kernel_used(mlp, linear_gelu_kernel, activations, mlp_reference, (9, 37), torch.float16,
-                        name="FusedMLP(37, 70)")
 ### BEGIN HIDDEN TESTS
 hidden_rng = random.Random(hpcdl.check.new_seed())
 limit = 600 if hpcdl.ON_GPU else 60
@@ -691,6 +695,13 @@ for dtype in LINEAR_TEST_DTYPES:
     hpcdl.check.outputs(mlp, mlp_reference, activations, [((hidden_rng.randint(1, limit), d), dtype)],
                         kernels=[linear_gelu_kernel], name="FusedMLP", hidden=True)
 ### END HIDDEN TESTS
+
+# %% [locked check_fused_mlp_kernel_used]
+# Self-check, not graded: the result must come from your kernel. The grader cannot see what code ran in
+# your process, so when graded a failure here is reported to your instructor instead of costing points.
+checked_mlp, checked_reference = mlp_under_test(37, 70, torch.float16, hpcdl.check.generator(hpcdl.check.new_seed()))
+hpcdl.check.kernel_used(checked_mlp, linear_gelu_kernel, activations, checked_reference, (9, 37), torch.float16,
+                        name="FusedMLP(37, 70)")
 
 # %% [markdown]
 # ## Measure it

@@ -54,9 +54,9 @@ DEVICE = hpcdl.DEVICE
 # - **Output:** a new tensor with the shape, dtype and device of `x`, holding `x * x`, written by
 #   `square_kernel`. Do not modify `x`.
 #
-# **Graded** (7 points): values on odd sizes (2), that the result comes from your kernel (1), hidden
-# tests with more sizes and dtypes (2), and, on a CUDA GPU only, speed: at least 90% of this card's copy
-# bandwidth at `2**26` float32 elements (2).
+# **Graded** (7 points): values on odd sizes (3), hidden tests with more sizes and dtypes (2), and, on a
+# CUDA GPU only, speed: at least 90% of this card's copy bandwidth at `2**26` float32 elements (2). A
+# self-check (not graded) proves that the result comes from your kernel.
 
 # %% [answer square]
 @triton.jit
@@ -101,11 +101,13 @@ def square_reference(x):
     return (x.double() * x.double()).to(x.dtype)
 
 
-# %% [test test_odd_sizes 2]
+# %% [test test_odd_sizes 3]
 odd_sizes = [((n,), torch.float32) for n in (1, 97, 1000, 4097)] + [((33, 65), torch.float16)]
 hpcdl.check.outputs(square, square_reference, square_inputs, odd_sizes, kernels=[square_kernel])
 
-# %% [test test_kernel_used 1]
+# %% [locked check_kernel_used]
+# Self-check, not graded: the result must come from your kernel. The grader cannot see what code ran in
+# your process, so when graded a failure here is reported to your instructor instead of costing points.
 hpcdl.check.kernel_used(square, square_kernel, square_inputs, square_reference, (4099,), torch.float32)
 
 # %% [test test_hidden 2]
