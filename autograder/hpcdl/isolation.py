@@ -69,19 +69,12 @@ def run(command: list, *, timeout: float, cwd=None, env=None, what: str | None =
     return done
 
 
-_CALLER = processes.REPORT_RAISED + textwrap.dedent("""
-    import importlib.util, pickle, sys
+_CALLER = processes.CALL_FILE + textwrap.dedent("""
+    import pickle, sys
     path, function, args_file, result_file, raised_file = sys.argv[1:]
     with open(args_file, "rb") as f:
         args, kwargs = pickle.load(f)
-    try:
-        spec = importlib.util.spec_from_file_location("learner_module", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        result = getattr(module, function)(*args, **kwargs)
-    except Exception as e:
-        report_raised(e, raised_file)
-        raise
+    result = call_file(path, function, args, kwargs, raised_file, module_name="learner_module")
     with open(result_file, "wb") as f:
         pickle.dump(result, f)
 """)

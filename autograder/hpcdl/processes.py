@@ -282,6 +282,22 @@ REPORT_RAISED = textwrap.dedent(f"""
             json.dump({{"type": type(e).__name__, "message": message[:{MESSAGE_LIMIT}], "when": time.monotonic()}}, f)
 """)
 
+# The same, and `call_file`: import a Python file as a module, call one of its functions and return what it
+# returns; what importing or calling raises is reported to `raised_file`, then raised again.
+CALL_FILE = REPORT_RAISED + textwrap.dedent("""
+    def call_file(path, function, args, kwargs, raised_file, module_name=None):
+        import importlib.util, os
+        try:
+            name = module_name or os.path.basename(path).removesuffix(".py")
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return getattr(module, function)(*args, **kwargs)
+        except Exception as e:
+            report_raised(e, raised_file)
+            raise
+""")
+
 
 def raised(path, *, bases=(ChildError,)):
     """(exception, when): the exception a child reported in the file `path` (REPORT_RAISED), made again

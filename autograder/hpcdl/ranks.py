@@ -213,8 +213,8 @@ def mpi(program, nprocs: int, *, args=(), timeout: float = TIMEOUT, echo: bool =
     return [r.output for r in ranks]
 
 
-_MPI_CALL = processes.REPORT_RAISED + textwrap.dedent("""
-    import importlib.util, os, pickle, sys
+_MPI_CALL = processes.CALL_FILE + textwrap.dedent("""
+    import os, pickle, sys
     from mpi4py import MPI
     path, function, nprocs, args_file, out_dir = sys.argv[1:]
     comm = MPI.COMM_WORLD
@@ -225,14 +225,8 @@ _MPI_CALL = processes.REPORT_RAISED + textwrap.dedent("""
     with open(args_file, "rb") as f:
         args = pickle.load(f)
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    try:
-        spec = importlib.util.spec_from_file_location(os.path.basename(path).removesuffix(".py"), path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        result = getattr(module, function)(rank, size, *args)
-    except Exception as e:  # reported, then raised: mpi4py's runner aborts every rank
-        report_raised(e, os.path.join(out_dir, f"rank{rank}.raised"))
-        raise
+    # What it raises is reported, then raised: mpi4py's runner aborts every rank.
+    result = call_file(path, function, (rank, size, *args), {}, os.path.join(out_dir, f"rank{rank}.raised"))
     open(os.path.join(out_dir, f"rank{rank}.returned"), "w").close()
     import torch
     torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
@@ -263,8 +257,8 @@ def mpi_call(path, function: str, nprocs: int, *, args=(), timeout: float = TIME
 
 # --- torch.distributed -------------------------------------------------------------------------
 
-_DISTRIBUTED_CALL = processes.REPORT_RAISED + textwrap.dedent("""
-    import importlib.util, os, pickle, sys
+_DISTRIBUTED_CALL = processes.CALL_FILE + textwrap.dedent("""
+    import os, pickle, sys
     import torch
     import torch.distributed as dist
     path, function, backend, args_file, out_dir = sys.argv[1:]
@@ -275,14 +269,7 @@ _DISTRIBUTED_CALL = processes.REPORT_RAISED + textwrap.dedent("""
     with open(args_file, "rb") as f:
         args = pickle.load(f)
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    try:
-        spec = importlib.util.spec_from_file_location(os.path.basename(path).removesuffix(".py"), path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        result = getattr(module, function)(rank, world_size, *args)
-    except Exception as e:
-        report_raised(e, os.path.join(out_dir, f"rank{rank}.raised"))
-        raise
+    result = call_file(path, function, (rank, world_size, *args), {}, os.path.join(out_dir, f"rank{rank}.raised"))
     open(os.path.join(out_dir, f"rank{rank}.returned"), "w").close()
     torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
     dist.destroy_process_group()

@@ -69,7 +69,7 @@ class Encoder:
     touches, as `expand` makes) as a dense copy, which the checker's decoder requires; the checker's keeps
     every layout, and alone sends recipes."""
 
-    def __init__(self, handle_of=None, side: str = "worker"):
+    def __init__(self, handle_of=None, *, side: str):
         self.blobs = []
         self.handle_of = handle_of  # object -> int, for objects that cannot travel
         self.side = _side(side)
@@ -120,8 +120,8 @@ class Encoder:
         return len(self.blobs) - 1
 
 
-def encode(message: dict, handle_of=None, side: str = "worker") -> bytes:
-    enc = Encoder(handle_of, side)
+def encode(message: dict, handle_of=None, *, side: str) -> bytes:
+    enc = Encoder(handle_of, side=side)
     body = {k: enc.value(v) for k, v in message.items()}
     offsets, total = [], 0
     for b in enc.blobs:
@@ -142,7 +142,7 @@ class Decoder:
     tensor with more elements than its bytes hold, and at most MAX_VALUES values. The worker's decoder
     ("worker") trusts the checker's recipes."""
 
-    def __init__(self, blobs: list, device: torch.device, handle_to=None, side: str = "worker"):
+    def __init__(self, blobs: list, device: torch.device, handle_to=None, *, side: str):
         self.blobs, self.device, self.handle_to = blobs, device, handle_to
         self.side = _side(side)
         self.values, self.used = 0, set()
@@ -229,8 +229,8 @@ class Decoder:
         return flat.to(device).as_strided(shape, stride)
 
 
-def send(stream, message: dict, handle_of=None, side: str = "worker") -> None:
-    stream.write(encode(message, handle_of, side))
+def send(stream, message: dict, handle_of=None, *, side: str) -> None:
+    stream.write(encode(message, handle_of, side=side))
     stream.flush()
 
 
@@ -262,8 +262,8 @@ def _blobs(blobs_at, payload: bytearray) -> list:
     return blobs
 
 
-def receive(stream, device: torch.device, handle_to=None, limit: int = MAX_MESSAGE_BYTES,
-            side: str = "worker") -> dict:
+def receive(stream, device: torch.device, handle_to=None, limit: int = MAX_MESSAGE_BYTES, *,
+            side: str) -> dict:
     """One message. side="checker" when the checker reads the worker's reply: see Decoder."""
     side = _side(side)
     header_len, payload_len = _HEADER.unpack(_read_exactly(stream, _HEADER.size))
@@ -280,7 +280,7 @@ def receive(stream, device: torch.device, handle_to=None, limit: int = MAX_MESSA
         if not isinstance(header, dict):
             raise ProtocolError("bad header")
         payload = _read_exactly(stream, payload_len, bytearray())
-        dec = Decoder(_blobs(header["blobs"], payload), device, handle_to, side)
+        dec = Decoder(_blobs(header["blobs"], payload), device, handle_to, side=side)
         body = header["m"]
         if not isinstance(body, dict):
             raise ProtocolError("bad message body")

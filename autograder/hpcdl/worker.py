@@ -87,7 +87,7 @@ class Worker:
         if callable(obj):
             return {"kind": "callable"}
         try:
-            self.wire.encode({"v": obj})
+            self.wire.encode({"v": obj}, side="worker")
             return {"kind": "value", "value": obj}
         except TypeError:
             return {"kind": "object", "value": self.wire.Handle(self.handle_of(obj))}
@@ -140,9 +140,10 @@ class Worker:
         return {"result": getattr(self.target(request), request["attr"])}
 
     def load_sets(self, request):
-        self.sets, self.outputs = list(request["sets"]), []
-        self.speed.wake_the_card(float(request.get("wake_s", 0)))
-        self.synchronize()
+        with self.quiet():
+            self.sets, self.outputs = list(request["sets"]), []
+            self.speed.wake_the_card(float(request.get("wake_s", 0)))
+            self.synchronize()
         return {}
 
     def run_timed(self, request):
@@ -183,17 +184,13 @@ class Worker:
         while True:
             try:
                 with self.quiet():
-                    request = self.wire.receive(requests, self.device, self.handle_to)
+                    request = self.wire.receive(requests, self.device, self.handle_to, side="worker")
             except EOFError:
                 return
             if request.get("op") == "exit":
                 return
             try:
-                if request.get("op") == "load_sets":
-                    with self.quiet():
-                        reply = {"ok": True, **self.load_sets(request)}
-                else:
-                    reply = {"ok": True, **ops[request["op"]](request)}
+                reply = {"ok": True, **ops[request["op"]](request)}
             except BaseException as e:
                 if isinstance(e, KeyboardInterrupt):
                     raise
@@ -201,9 +198,9 @@ class Worker:
                          "hint": str(getattr(e, "hint", "") or "")[:500],
                          "where": "".join(traceback.format_exception_only(type(e), e))[-500:]}
             try:
-                self.wire.send(replies, reply, self.handle_of)
+                self.wire.send(replies, reply, self.handle_of, side="worker")
             except TypeError as e:
-                self.wire.send(replies, {"ok": False, "error": "TypeError", "message": str(e)})
+                self.wire.send(replies, {"ok": False, "error": "TypeError", "message": str(e)}, side="worker")
 
 
 def main():

@@ -24,7 +24,6 @@ from hpcdl import remote  # noqa: E402
 from hpcdl.worker import run_source  # noqa: E402
 
 from . import sandbox  # noqa: E402
-from .flags import defined_names as flags_defined  # noqa: E402
 
 PRINT_LIMIT = 20_000
 REQUEST_TIMEOUT = float(os.environ.get("HPCDL_REQUEST_TIMEOUT", 600))
@@ -65,8 +64,8 @@ def run_order(cells: list) -> list:
 
 
 def answer_names_refused(reported: dict, declared: set, checker_names: set) -> tuple:
-    """(the reported names the test cells may see, a flag for each name refused). Only names the released
-    answer cells define reach the checker; one that would shadow a builtin or a name of the checker's is
+    """(the reported names the test cells may see, a flag for each name refused). Only names the solution's
+    or the release's answer cells define reach the checker; one that would shadow a builtin or a name of the checker's is
     refused and flagged, any other undeclared name is simply not passed (helpers of the learner's own)."""
     kept, flags = {}, []
     for name, info in reported.items():
@@ -83,6 +82,7 @@ class Checker:
     def __init__(self, spec: dict):
         self.cells = spec["cells"]
         self.declared = set(spec.get("answer_names", []))
+        self.locked_names = set(spec.get("locked_names", []))
         self.answer_errors, self.names = {}, {}
         self.flags = []
         self.worker = sandbox.worker(timeout=REQUEST_TIMEOUT, on_start=self._run_worker_cells)
@@ -93,8 +93,7 @@ class Checker:
         reply = worker.request({"op": "run_cells", "cells": cells}, what="running your answer cells")
         if not self.names:
             self.answer_errors = dict(reply["errors"])
-            checker_names = {"hpcdl", "__name__"}.union(*(flags_defined(c["source"]) for c in self.cells
-                                                          if c["role"] == "locked"))
+            checker_names = {"hpcdl", "__name__"} | self.locked_names
             self.names, refused = answer_names_refused(dict(reply["names"]), self.declared, checker_names)
             self.flags += refused
 

@@ -3,13 +3,11 @@
 Each submission is autograded by its own nbgrader process, so a crash, a hang or a broken notebook
 costs that submission alone; what went wrong is reported beside its row.
 """
-import csv
 import datetime
 import functools
 import json
 import os
 import pathlib
-import stat
 import textwrap
 import time
 from dataclasses import dataclass, field
@@ -17,7 +15,7 @@ from dataclasses import dataclass, field
 import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 
-from . import answers, paths, release, sandbox, submissions
+from . import answers, paths, records, release, sandbox, submissions
 from .nbgrader_run import errors, nbgrader
 from .trusted_execute import report_path
 
@@ -102,7 +100,7 @@ def grade_folder(folder, assignments=None) -> list:
     """Grade every submission in `folder` (only those of `assignments`, when given); returns one Result
     per (student, assignment) seen. Only the assignments it grades are released into the gradebook;
     NothingToGrade where the folder holds no submission of them. What each upload came to is kept in
-    <work>/records/, and grades.csv and grades-by-cell.csv are written again from all of it."""
+    <work>/records/, and grades.csv and grades-by-cell.csv are written again from all of it (records.py)."""
     try:
         sandboxing = sandbox.mode()  # fails early, with what to do, where bubblewrap is missing
     except sandbox.SandboxUnavailable as e:
@@ -143,7 +141,7 @@ def grade_folder(folder, assignments=None) -> list:
             continue
         if not sub.notebooks:
             result.problems.append("nothing gradable in this submission")
-            remember(result, when, staged=False)
+            records.remember(result, when, staged=False)
             continue
         result.earlier = earlier_score(sub.student, sub.assignment)
         aside = set(replaced_copies(sub.student, sub.assignment))
@@ -167,86 +165,9 @@ def grade_folder(folder, assignments=None) -> list:
         result.scores = {name: score for name, score in scores(sub.student, sub.assignment).items()
                          if (autograded / f"{name}.ipynb").exists()}
         result.cells = graded_cells(sub.student, sub.assignment, list(result.scores), gpu)
-        remember(result, when, staged=True)
-    write_csvs()
+        records.remember(result, when, staged=True)
+    records.write_csvs()
     return results
-
-
-# --- What each upload came to, kept across runs: <work>/records/<student>/<assignment>.json ---------------
-# {"student", "assignment",
-#  "upload": the latest upload: {"at", "graded", "problems", "flags"},
-#  "graded": the latest upload that was graded, or null: {"at", "problems", "flags", "notebooks",
-#            "cells": {notebook: {grade_id: {"message", "max", "here"}}}}}
-# An upload with nothing gradable keeps the "graded" of the copy before it (still in the gradebook); an
-# upload that was staged but not graded (its kernel died) clears it: its 0 in the gradebook means nothing.
-
-NO_GPU = "no CUDA GPU"
-
-
-def record_path(student: str, assignment: str) -> pathlib.Path:
-    return paths.work() / "records" / student / f"{assignment}.json"
-
-
-def write_json(path, data) -> None:
-    """Write `data` to `path` atomically: a reader sees the old file or the new one, never half of one."""
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
-
-
-def load_record(student: str, assignment: str) -> dict | None:
-    try:
-        return json.loads(record_path(student, assignment).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def load_records() -> dict:
-    """(assignment, student) -> record, for every record of an assignment that still exists."""
-    found = {}
-    known = set(paths.assignments())
-    for path in sorted((paths.work() / "records").glob("*/*.json")):
-        if path.stem not in known:
-            continue
-        try:
-            rec = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        found[(rec["assignment"], rec["student"])] = rec
-    return found
-
-
-def remember(result: Result, when: str, staged: bool) -> None:
-    """Record what this upload came to, beside what the records already hold."""
-    old = load_record(result.student, result.assignment) or {}
-    upload = {"at": when, "graded": result.graded, "problems": result.problems, "flags": result.flags}
-    if result.graded:
-        cells = {nb: {g: {k: c[k] for k in ("message", "max", "here")} for g, c in grades.items()}
-                 for nb, grades in result.cells.items()}
-        graded = {"at": when, "problems": result.problems, "flags": result.flags, "notebooks": sorted(result.scores),
-                  "cells": cells}
-    else:
-        graded = None if staged else old.get("graded")
-    write_json(record_path(result.student, result.assignment),
-               {"student": result.student, "assignment": result.assignment, "upload": upload, "graded": graded})
-
-
-def status(rec: dict) -> str:
-    upload, graded = rec["upload"], rec.get("graded")
-    if upload["graded"]:
-        return "graded"
-    why = "not gradable: " + "; ".join(upload["problems"])
-    return f"{why} (the score is that of the upload graded {graded['at']})" if graded else why
-
-
-def not_graded_here(graded: dict | None) -> list:
-    """'cell (N points)' for each cell of a graded upload that its grading machine could not grade."""
-    if not graded:
-        return []
-    return [f"{g} ({c['max']:g} points)" for cells in graded["cells"].values() for g, c in cells.items()
-            if not c["here"]]
 
 
 # --- The cells of a graded submission ------------------------------------------------------------------
@@ -279,7 +200,7 @@ def speed_note(assignments) -> str | None:
     if not any(speed.values()):
         return None
     where = "; ".join(f"{a}: {', '.join(s)}" for a, s in speed.items() if s)
-    return f"{n:g} of {m:g} points are speed cells, not graded on this machine ({NO_GPU}): {where}"
+    return f"{n:g} of {m:g} points are speed cells, not graded on this machine ({records.NO_GPU}): {where}"
 
 
 def not_graded_here_text(points) -> str:
@@ -358,7 +279,7 @@ def earlier_score(student: str, assignment: str) -> dict | None:
     """What the copy about to be replaced scored: {"status", "score", "at"}; None where there is none."""
     if not (paths.work() / "submitted" / student / assignment).exists():
         return None
-    rec = load_record(student, assignment)
+    rec = records.load_record(student, assignment)
     now = scores(student, assignment)
     if rec is None:  # graded before records were kept: the gradebook, where an autograded copy exists
         autograded = paths.work() / "autograded" / student / assignment
@@ -366,7 +287,7 @@ def earlier_score(student: str, assignment: str) -> dict | None:
         return {"status": "graded" if now else "not gradable", "score": summed(now), "at": None}
     graded = rec.get("graded")
     if graded is None:
-        return {"status": status(rec), "score": None, "at": rec["upload"]["at"]}
+        return {"status": records.status(rec), "score": None, "at": rec["upload"]["at"]}
     return {"status": "graded", "score": summed({n: s for n, s in now.items() if n in graded["notebooks"]}),
             "at": graded["at"]}
 
@@ -375,7 +296,7 @@ def keep_earlier_score(earlier: dict, aside: set) -> None:
     """Write the earlier score as score.json into the folder its copy was moved to."""
     for folder in aside:
         earlier["replaced"] = str(folder)
-        write_json(folder / "score.json", earlier)
+        records.write_json(folder / "score.json", earlier)
 
 
 def changes(results: list) -> list:
@@ -405,15 +326,14 @@ def keep_timestamp(folder, sub: submissions.Submission) -> list:
     source = pathlib.Path(folder) / sub.student / sub.assignment / "timestamp.txt"
     problems, text = [], None
     try:  # never through a symbolic link; a FIFO does not block the open
-        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        raw, _ = submissions.read_handed_in(source)
     except FileNotFoundError:
-        fd = None
+        raw = None
     except OSError:
         problems.append("timestamp.txt is a symbolic link or cannot be read: ignored")
-        fd = None
-    if fd is not None:
-        with os.fdopen(fd, "rb") as f:
-            text = f.read(200).decode("utf-8", "replace").strip() if stat.S_ISREG(os.fstat(f.fileno()).st_mode) else ""
+        raw = None
+    if raw is not None:
+        text = raw[:200].decode("utf-8", "replace").strip()
         try:
             parse_utc(text)
         except Exception:  # dateutil raises several types for text that is not a time
@@ -433,114 +353,12 @@ def keep_timestamp(folder, sub: submissions.Submission) -> list:
     return problems
 
 
-# --- grades.csv and grades-by-cell.csv, written again from the records and the gradebook on every run ---
-
-SCORES = ("timestamp", "raw_score", "late_submission_penalty", "score")
-
-
-def write_csvs() -> None:
-    """grades.csv: nbgrader's export, one row per student and assignment, plus `status` (graded / not
-    submitted / not gradable, with why), `flags` (reasons to review a submission) and `not_graded_here`
-    (cells this machine could not grade); a row for every upload recorded, also those that never reached
-    the gradebook. An upload that could not be graded has no score, never a 0.
-    grades-by-cell.csv: one row per graded cell: its points, the first line of the check's message, and
-    whether it was graded on the machine that graded it."""
-    work = paths.work()
-    records = load_records()
-    export_to = work / f".grades-export.{os.getpid()}.csv"
-    export = nbgrader("export", f"--ExportPlugin.to={export_to}")
-    try:
-        if export.returncode != 0:
-            print(f"warning: CSV export failed, grades.csv not written: {errors(export)}")
-        else:
-            with open(export_to, newline="") as f:
-                reader = csv.DictReader(f)
-                fields, rows = list(reader.fieldnames or []), list(reader)
-            _write_grades(work / "grades.csv", fields, rows, records)
-    finally:
-        export_to.unlink(missing_ok=True)
-    _write_by_cell(work / "grades-by-cell.csv", records)
-
-
-def _write_grades(path, fields, rows, records) -> None:
-    rows = [row for row in rows if row["assignment"] in paths.assignments()]
-    with Gradebook(f"sqlite:///{paths.work() / 'gradebook.db'}") as gb:
-        seen = set()
-        for row in rows:
-            key = (row["assignment"], row["student_id"])
-            seen.add(key)
-            rec = records.get(key)
-            try:
-                gb.find_submission(*key)
-                submitted = True
-            except MissingEntry:
-                submitted = False
-            if rec is None:
-                row["status"] = "graded" if submitted else "not submitted"
-                continue
-            _fill(row, rec)
-            if rec.get("graded") is None:
-                row.update({k: "" for k in SCORES})
-        max_scores = {a.name: str(a.max_score) for a in gb.assignments}
-    for key, rec in records.items():
-        if key not in seen:
-            top = max_scores.get(key[0]) or str(float(sum(answers.grade_cells(key[0]).values())))
-            row = {"assignment": key[0], "student_id": key[1], "max_score": top}
-            _fill(row, rec)
-            rows.append(row)
-    rows.sort(key=lambda row: (row["assignment"], row["student_id"]))
-    _write_csv(path, fields + ["status", "flags", "not_graded_here"], rows)
-
-
-def _fill(row: dict, rec: dict) -> None:
-    upload, graded = rec["upload"], rec.get("graded")
-    row["status"] = status(rec)
-    row["flags"] = "; ".join(upload["flags"] if upload["graded"] or not graded else graded["flags"])
-    row["not_graded_here"] = "; ".join(f"{c}: {NO_GPU}" for c in not_graded_here(graded))
-
-
-def _write_by_cell(path, records) -> None:
-    rows = []
-    with Gradebook(f"sqlite:///{paths.work() / 'gradebook.db'}") as gb:
-        for assignment in gb.assignments:
-            if assignment.name not in paths.assignments():
-                continue
-            for submission in assignment.submissions:
-                rec = records.get((assignment.name, submission.student.id))
-                if rec is not None and rec.get("graded") is None:
-                    continue  # not gradable: no points, never a 0
-                graded = rec["graded"] if rec else None
-                for nb in submission.notebooks:
-                    if graded is not None and nb.name not in graded["notebooks"]:
-                        continue
-                    said = (graded or {}).get("cells", {}).get(nb.name, {})
-                    order = list(said)
-                    for g in sorted(nb.grades, key=lambda g: order.index(g.name) if g.name in order else len(order)):
-                        cell = said.get(g.name)
-                        here = "" if cell is None else "yes" if cell["here"] else f"no ({NO_GPU})"
-                        rows.append({"student": submission.student.id, "assignment": assignment.name,
-                                     "notebook": nb.name, "cell": g.name, "points": g.score, "max_points": g.max_score,
-                                     "message": cell["message"] if cell else "", "graded_here": here})
-    rows.sort(key=lambda row: (row["assignment"], row["student"], row["notebook"]))
-    _write_csv(path, ["student", "assignment", "notebook", "cell", "points", "max_points", "message", "graded_here"],
-               rows)
-
-
-def _write_csv(path, fields, rows) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields, restval="")
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, path)
-
-
 # --- What the command prints beside the score table ----------------------------------------------------
 
 def notes(r: Result) -> list:
     """Notes for the score table: cells graded in this run that this machine could not grade."""
     return [f"{g} ({c['max']:g} of {sum(x['max'] for x in cells.values()):g} points of {nb}): not graded here "
-            f"({NO_GPU})" for nb, cells in r.cells.items() for g, c in cells.items() if not c["here"]]
+            f"({records.NO_GPU})" for nb, cells in r.cells.items() for g, c in cells.items() if not c["here"]]
 
 
 def cell_summary(results: list) -> str:
@@ -557,7 +375,7 @@ def cell_summary(results: list) -> str:
     if not cells:
         return ""
     rows = [("notebook", "cell", "points", "passed")] + [
-        (nb, g, f"{e['max']:g}", f"{e['passed']} of {e['of']}" if e["here"] else f"not graded here ({NO_GPU})")
+        (nb, g, f"{e['max']:g}", f"{e['passed']} of {e['of']}" if e["here"] else f"not graded here ({records.NO_GPU})")
         for (nb, g), e in cells.items()]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths)) + "  " + row[3] for row in rows]

@@ -95,7 +95,7 @@ class TrustedExecute(Preprocessor):
                 review += flags.review(c["id"], c["source"], protected)
         if extra:
             review.append(f"{extra} code cell(s) added outside the answer cells: not run when graded")
-        result = self.check(cells, sorted(names))
+        result = self.check(cells, {"answer_names": sorted(names), "locked_names": sorted(protected)})
         review += result.get("flags", [])
         verdicts = result.get("verdicts", {})
         for cell in nb.cells:
@@ -124,11 +124,12 @@ class TrustedExecute(Preprocessor):
                                     "seconds": result.get("seconds", {})}, indent=1))
         return nb, resources
 
-    def check(self, cells, names) -> dict:
+    def check(self, cells, names: dict) -> dict:
+        """The checker's verdicts; `names`: the answer names the tests may use and the locked cells' names."""
         with tempfile.TemporaryDirectory(prefix="hpcdl-check-") as tmp:
             spec, out = os.path.join(tmp, "spec.json"), os.path.join(tmp, "verdicts.json")
             with open(spec, "w") as f:
-                json.dump({"cells": cells, "answer_names": names}, f)
+                json.dump({"cells": cells, **names}, f)
             try:
                 proc = subprocess.run([sys.executable, "-m", "hpcdl_course.checker", spec, out],
                                       capture_output=True, text=True, timeout=self.timeout, cwd=tmp,

@@ -140,6 +140,16 @@ def test_raises():
         check.raises(lambda x: x + "a", (1,), ValueError)
 
 
+def test_raises_in_a_hidden_check_shows_neither_its_case_nor_the_message(capsys):
+    def strict(x):
+        raise ValueError(f"bad x = {x}")
+    check.raises(strict, (-1e-9,), ValueError, because="for intensity -1e-9", hidden=True)
+    assert capsys.readouterr().out == ""
+    with pytest.raises(CheckFailed) as failed:
+        check.raises(lambda x: x, (-1e-9,), ValueError, because="for intensity -1e-9", hidden=True)
+    assert "1e-9" not in str(failed.value) and "hidden check" in str(failed.value)
+
+
 def test_numbers():
     assert check.number(0.5, name="x") is None  # None: a numeric last value would be partial credit
     check.close_to(1 / 12, 0.0833333, name="x", rel=1e-3)

@@ -99,13 +99,13 @@ def _raw(header: dict, payload: bytes = b"") -> io.BytesIO:
 ])
 def test_malformed_messages_are_refused(message):
     with pytest.raises(wire.ProtocolError):
-        wire.receive(_raw(message, b"\0" * 8), hpcdl.DEVICE)
+        wire.receive(_raw(message, b"\0" * 8), hpcdl.DEVICE, side="worker")
 
 
 def test_oversized_messages_are_refused_before_reading():
     stream = io.BytesIO(struct.pack("<QQ", 10, 1 << 40))
     with pytest.raises(wire.ProtocolError):
-        wire.receive(stream, hpcdl.DEVICE)
+        wire.receive(stream, hpcdl.DEVICE, side="worker")
     stream = io.BytesIO(struct.pack("<QQ", wire.MAX_HEADER_FROM_WORKER + 1, 0))
     with pytest.raises(wire.ProtocolError):  # JSON the checker would parse: no more than 8 MB
         wire.receive(stream, hpcdl.DEVICE, side="checker")
