@@ -19,8 +19,9 @@ WORK := autograder/work
 
 help:
 	@echo "make lab          set up $(VENV) if needed, then start JupyterLab on course/"
-	@echo "make test         run the autograder's tests (NB=01_vector_add,...: only those notebooks' grading;"
+	@echo "make test         run the autograder's tests (NB=01_vector_add,...: of the per-notebook tests, those notebooks';"
 	@echo "                  JOBS=N pytest-xdist workers, default one per core; PYTEST_ARGS=... passed to pytest)"
+	@echo "make check-notebook NB=01_vector_add   only that notebook's tests: build, release, its fixtures graded"
 	@echo "make grade        grade SUBMISSIONS=... (empty: the demo submissions)"
 	@echo "make release      build the student release of the assignments"
 	@echo "make notebooks    build the course notebooks"
@@ -42,7 +43,15 @@ lab: setup
 
 # Tests that share a grading run carry one xdist_group, so --dist loadgroup grades each once.
 test: test-tools setup
-	HPCDL_NB=$(NB) $(PY) -m pytest autograder/tests -n $(JOBS) --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest autograder/tests -n $(JOBS) --dist loadgroup --nb="$(NB)" $(PYTEST_ARGS)
+
+# One notebook's tests only (mark `notebook`, autograder/tests/conftest.py): its build and release checks,
+# its solution, release and answers.toml fixtures graded, and the same fixtures run as a learner runs them.
+# One process: the grading is one run anyway, and its lines say how many are graded and the time left.
+.PHONY: check-notebook
+check-notebook: grade-tools setup
+	@if [ -z "$(NB)" ]; then echo "usage: make check-notebook NB=01_vector_add"; exit 2; fi
+	$(PY) -m pytest autograder/tests -p no:xdist -v -m "notebook and not browser" --nb="$(NB)" $(PYTEST_ARGS)
 
 # Run before set-up: what test and grade need outside the venv (env/system-tools.sh). test: bubblewrap
 # and Chromium, installed as root with apt-get, else named in one line; grade: a sandbox that works.

@@ -30,6 +30,16 @@ c.CourseDirectory.db_url = "sqlite:///" + os.path.join(work, "gradebook.db")
 # Notebook text sources (they hold solutions) and the answer fixtures stay out of the release.
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "*.nb.py", "answers.toml"]
 
+# Due dates: c.HpcdlGrade.due_dates maps an assignment to when it is due, in any form nbgrader reads
+# ("2025-03-01 17:00:00 Europe/Berlin", an ISO time; no zone: UTC), here or in nbgrader's other configuration
+# files (~/.jupyter/nbgrader_config.py). `make grade` records each in the gradebook (nbgrader's own
+# `db assignment add --duedate`) before it grades that assignment; nbgrader then compares each submission's
+# timestamp.txt with it: a later one is late (grades.csv's `late`), and LateSubmissionPlugin.penalty_method
+# decides what that costs (nbgrader's default "none": nothing; "zero": every point). An assignment left out
+# keeps the due date the gradebook has, if any.
+# c.HpcdlGrade.due_dates = {"02_roofline": "2025-03-01 17:00:00 UTC"}
+# c.LateSubmissionPlugin.penalty_method = "zero"
+
 # Triton compiles, autotuning and C++ builds take far longer than nbgrader's default 30 s per cell.
 c.Execute.timeout = 900
 # A warning or compiler message on stderr must not turn a passing grade cell into 0: only errors count.

@@ -225,7 +225,7 @@ fi
 
 say "registering the Jupyter kernel HPC-DL (Python 3)"
 "$VENV/bin/python" -m ipykernel install --sys-prefix --name hpcdl --display-name "HPC-DL (Python 3)" >/dev/null
-say "learner lab settings: no news prompt, no nbgrader instructor tools"
+say "lab settings: no news prompt; nbgrader's instructor tools locked off in the learner repository only"
 bash env/learner-lab.sh "$VENV/bin/python"
 
 if [ "$mode" = gpu ] && ! "$VENV/bin/python" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then

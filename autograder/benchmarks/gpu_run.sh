@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Everything the course claims about a GPU, checked and measured in one call on a CUDA machine:
-#   [NB=01_vector_add] [BENCH="vector_add softmax"] [WHEELS=.whl] bash autograder/benchmarks/gpu_run.sh OUT_DIR [PYTEST_ARGS...]
+#   [NB=01_vector_add] [LIMIT=480] [BENCH="vector_add softmax"] [WHEELS=.whl] bash autograder/benchmarks/gpu_run.sh OUT_DIR [PYTEST_ARGS...]
+# e.g. NB=01_vector_add bash autograder/benchmarks/gpu_run.sh OUT autograder/tests/test_grading.py \
+#        --grade-only=zeros_instead_of_empty --cheats=memoised_result
 # Needs torch, triton and matplotlib. nbgrader comes from the environment or from the wheels in WHEELS
 # (a folder, for a machine without internet), installed into a throw-away folder; bubblewrap from
 # WHEELS/debs/*.deb where the machine has no `bwrap`. NB selects the notebooks whose grading the test
-# suite runs (one per call fits a call of ten minutes); BENCH names the benchmarks to run (default none).
+# suite runs (one per call fits a call of ten minutes; passed as pytest's --nb); BENCH names the
+# benchmarks to run (default none). PYTEST_ARGS go to pytest: test files, -k, and the suite's options
+# (autograder/tests/conftest.py): --grade-only=NAMES (answer fixtures), --grade-fixtures-only, --cheats=NAMES.
 set -uo pipefail
 out=${1:?usage: gpu_run.sh OUT_DIR [PYTEST_ARGS...]}; shift
 mkdir -p "$out"
@@ -18,7 +22,7 @@ if [ -n "${WHEELS:-}" ]; then
     export PATH="$site/debs/usr/bin:$PATH"
   fi
 fi
-export PYTHONPATH="$PWD/autograder${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HPCDL_NB="${NB:-}"
+export PYTHONPATH="$PWD/autograder${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$out/nvidia-smi.csv"
 python3 -m hpcdl_course check-sandbox > "$out/sandbox.log" 2>&1
 if [ $? = 2 ]; then  # no working bubblewrap here: grade without it, and say so in every result
@@ -30,11 +34,14 @@ for bench in ${BENCH:-}; do
   python3 -m "benchmarks.$bench" "$out/$bench.json" 2>&1 | tee "$out/bench-$bench.log"
 done
 # One process at a time on the card: no pytest-xdist here, so no two gradings share the GPU.
-export HPCDL_TEST_WORK=$(mktemp -d)/work
-python3 -m pytest -p no:cacheprovider -p no:xdist -v --durations=20 "$@" 2>&1 | tee "$out/pytest.log" \
-  | grep -vE " PASSED| SKIPPED"
+work=$(mktemp -d)/work  # the graded notebooks, read below
+# LIMIT (seconds, default none) interrupts pytest in time for the verdicts below to be written: a call
+# cut off from outside would lose what every submission graded so far said.
+timeout --signal=INT --kill-after=30 "${LIMIT:-0}" \
+  python3 -m pytest -p no:cacheprovider -p no:xdist -v --durations=20 --nb="${NB:-}" --work="$work" "$@" 2>&1 \
+  | tee "$out/pytest.log" | grep -vE " PASSED| SKIPPED"
 # What each graded cell said (the checker's messages) and what the checker flagged, for the record.
-python3 - "$HPCDL_TEST_WORK" > "$out/verdicts.txt" <<'EOF'
+python3 - "$work" > "$out/verdicts.txt" <<'EOF'
 import json, pathlib, sys
 import nbformat
 work = pathlib.Path(sys.argv[1])

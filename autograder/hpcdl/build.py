@@ -7,8 +7,9 @@ showing the compiler's first errors against the learner's own line numbers.
 
     ext = hpcdl.build.extension("int4", INT4_CPP, functions=["pack", "unpack"])
     ext.pack(w)                        # loaded in this process
-    ext.isolated("pack")(w)            # in a fresh process: a segfault fails this call only; a
-                                       # TORCH_CHECK raises RuntimeError here, as ext.pack(w) would
+    ext.isolated("pack")(w)            # in a process of its own, kept across calls: a segfault fails
+                                       # this call only; a TORCH_CHECK raises RuntimeError here, as
+                                       # ext.pack(w) would
     prog = hpcdl.build.mpi_program("ring", RING_CPP)   # then hpcdl.ranks.mpi(prog, 3)
 """
 import hashlib
@@ -16,21 +17,17 @@ import importlib.util
 import json
 import os
 import pathlib
-import pickle
 import re
 import shutil
-import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from dataclasses import dataclass, field
 
 import torch
 
-from . import processes
+from . import isolation, processes
 from .check import CheckFailed
-from .isolation import IsolatedFailure
 
 BUILD_TIMEOUT = 600  # s; a first extension build takes about 40 s on two CPU cores
 
@@ -78,7 +75,11 @@ def _demangled(line: str) -> str:
     tool = shutil.which("c++filt")
     if not symbol or not tool:
         return line
-    plain = subprocess.run([tool, symbol.group(1)], capture_output=True, text=True, timeout=10).stdout.strip()
+    try:
+        code, plain = processes.output_of([tool, symbol.group(1)], timeout=10)
+    except processes.Timeout:
+        return line
+    plain = plain.strip() if code == 0 else ""
     return f"{line} ({plain})" if plain else line
 
 
@@ -119,24 +120,6 @@ _BUILD_EXTENSION = textwrap.dedent("""
     open(spec["done"], "w").write(spec["digest"])
 """)
 
-_CALL_EXTENSION = processes.REPORT_RAISED + textwrap.dedent("""
-    import importlib.util, pickle, sys
-    import torch
-    so, name, function, args_file, result_file, raised_file = sys.argv[1:]
-    spec = importlib.util.spec_from_file_location(name, so)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    with open(args_file, "rb") as f:
-        args, kwargs = pickle.load(f)
-    try:
-        result = getattr(module, function)(*args, **kwargs)
-    except Exception as e:  # a TORCH_CHECK's RuntimeError, pybind11's TypeError for wrong arguments
-        report_raised(e, raised_file)
-        raise
-    torch.save(result, result_file)
-""")
-
-
 BINDINGS_FILE = "hpcdl_bindings.cpp"
 
 
@@ -176,45 +159,22 @@ class Extension:
         return getattr(self.module, attr)
 
     def isolated(self, function: str, *, timeout: float = 300):
-        """A callable that runs `function` in a fresh process, where a crash or a hang of the C++
-        code fails only that call (IsolatedFailure). An exception it raises is raised again here with
-        its type and message (a TORCH_CHECK's RuntimeError: see hpcdl.processes.raised), as a call in
+        """A callable that runs `function` in a process of its own, where a crash or a hang of the C++
+        code fails only that call (IsolatedFailure). The process is one per extension, started on the
+        first call and kept for the next ones (it imports torch once); after a crash or a timeout the
+        next call starts a fresh one. An exception the function raises is raised again here with its
+        type and message (a TORCH_CHECK's RuntimeError: see hpcdl.processes.raised), as a call in
         this process would raise it. Arguments go by pickle, the result comes back through
         torch.save: tensors, numbers and containers of them."""
         if function not in self.functions:
             raise AttributeError(f"extension {self.name!r} has no function {function!r}")
 
         def call(*args, **kwargs):
-            return _call_in_child(self, function, args, kwargs, timeout)
+            return isolation.server(self.path, self.name).call(function, args, kwargs, timeout=timeout,
+                                                               what=f"{self.name}.{function}()")
 
         call.__name__ = call.__qualname__ = function
         return call
-
-
-def _call_in_child(ext: Extension, function: str, args, kwargs, timeout: float):
-    what = f"{ext.name}.{function}()"
-    with tempfile.TemporaryDirectory(prefix="hpcdl-call-") as tmp:
-        tmp = pathlib.Path(tmp)
-        with open(tmp / "args.pkl", "wb") as f:
-            pickle.dump((args, kwargs), f)
-        command = [sys.executable, "-c", _CALL_EXTENSION, ext.path, ext.name, function, tmp / "args.pkl",
-                   tmp / "result.pt", tmp / "raised.json"]
-        try:
-            code, output = processes.run(command, timeout=timeout, log=tmp / "output.log")
-        except processes.Timeout:
-            code = None
-        raised = processes.raised(tmp / "raised.json")
-        if raised is not None:
-            exception, _ = raised
-            exception.add_note(f"raised by {what} in a child process")
-            raise exception from None
-        if code is None:
-            raise IsolatedFailure(f"{what} did not finish within {timeout:g} s and was stopped "
-                                  f"(an endless loop?).")
-        if code != 0:
-            last = processes.tail(output)
-            raise IsolatedFailure(f"{what} {processes.exit_reason(code)}." + (f"\n{last}" if last else ""))
-        return processes.load_result(tmp / "result.pt")
 
 
 def extension(name: str, cpp_source: str, *, functions, extra_cflags=("-O2",), extra_ldflags=(),

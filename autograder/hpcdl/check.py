@@ -70,16 +70,52 @@ def regenerate(shape, dtype, state, low, high, device, *, generator=None) -> tor
     if generator is None:
         generator = torch.Generator(device=device)
         generator.set_state(state)
+    if dtype.is_floating_point and high - low <= torch.finfo(dtype).max:  # one pass over memory: a grading worker draws timed inputs inside the clock
+        return torch.empty(shape, device=device, dtype=dtype).uniform_(low, high, generator=generator)
     x = torch.rand(shape, generator=generator, device=device, dtype=torch.float32)
     return (x * (high - low) + low).to(dtype)
+
+
+# Poison: a quiet NaN with a payload of its own per dtype. float16's and float64's are float32's converted, so
+# a wrapper that converts a poisoned float32 buffer keeps the mark; converting to bfloat16 loses it.
+# An element still holding it was never written; arithmetic makes NaN without this payload (0/0, inf/inf
+# and inf - inf give the default NaN), though a NaN read from a never-written element passes it on.
+_POISON_BITS = {
+    torch.float32: (torch.int32, 0x7FE5A5A5),
+    torch.float16: (torch.int16, 0x7F2D),
+    torch.bfloat16: (torch.int16, 0x7FE5),
+    torch.float64: (torch.int64, 0x7FFCB4B4A0000000),
+}
+
+
+_poison_values: dict = {}
+
+
+def _poison_value(dtype: torch.dtype, device=torch.device("cpu")) -> torch.Tensor:
+    key = (dtype, str(device))
+    if key not in _poison_values:
+        int_dtype, bits = _POISON_BITS[dtype]
+        _poison_values[key] = torch.tensor(bits, dtype=int_dtype).view(dtype).to(device)
+    return _poison_values[key]
+
+
+def never_written(t: torch.Tensor) -> torch.Tensor:
+    """Where t still holds the poison of poison_ (a NaN of its own), as booleans."""
+    if t.dtype not in _POISON_BITS:
+        return torch.zeros(t.shape, dtype=torch.bool, device=t.device)
+    int_dtype, _ = _POISON_BITS[t.dtype]
+    return t.view(int_dtype) == _poison_value(t.dtype, t.device).view(int_dtype)
 
 
 _EMPTY = {torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty, torch.Tensor.new_empty_strided}
 
 
 def poison_(t: torch.Tensor) -> torch.Tensor:
-    """Fill t with values no correct kernel produces by accident: NaN, or 0xA5 bytes for integers."""
-    if t.is_floating_point() or t.is_complex():
+    """Fill t with values no correct kernel produces by accident: a NaN of its own (see never_written), NaN
+    for complex numbers, or 0xA5 bytes for integers."""
+    if t.dtype in _POISON_BITS:
+        t.copy_(_poison_value(t.dtype, t.device).expand(t.shape))
+    elif t.is_floating_point() or t.is_complex():
         t.fill_(float("nan"))
     elif t.numel():
         t.view(torch.uint8).fill_(0xA5) if t.is_contiguous() else t.fill_(-0x5B if t.is_signed() else 0xA5)
@@ -115,15 +151,47 @@ def compare(actual, expected: torch.Tensor) -> str | None:
         wrong = ~torch.isclose(actual.double(), expected.double(), rtol=rtol, atol=atol, equal_nan=False)
     n_wrong = int(wrong.sum())
     if n_wrong == 0:
-        return None
+        return _rows_problem(actual, expected, rtol, atol) if actual.is_floating_point() else None
     diff = (actual.double() - expected.double()).abs().nan_to_num(nan=math.inf)
     diff = torch.where(wrong, diff, torch.zeros_like(diff))
     where = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape)) if diff.dim() else ()
-    n_nan = int(torch.isnan(actual).sum()) if actual.is_floating_point() else 0
-    return (f"{n_wrong} of {actual.numel()} elements are wrong"
-            + (f" ({n_nan} are NaN: never written, or computed from out-of-bounds data)" if n_nan else "")
+    return (f"{n_wrong} of {actual.numel()} elements are wrong" + _nan_counts(actual)
             + f"; worst at index {where}: got {actual[where].item():.6g}, expected {expected[where].item():.6g}"
             + (f" (rtol {rtol:g}, atol {atol:g})" if actual.is_floating_point() else ""))
+
+
+ROW_ERROR_FACTOR = 4  # a row's errors may add up to this many rtol of the row's total
+
+
+def _rows_problem(actual, expected, rtol, atol) -> str | None:
+    """Each element within tolerance, yet a row's errors add up to too much: small outputs (a long softmax
+    row in float16 lies under atol) would otherwise pass even as all zeros."""
+    if actual.dim() == 0 or actual.numel() == 0:
+        return None
+    error = (actual.double() - expected.double()).abs().sum(-1).reshape(-1)
+    total = expected.double().abs().sum(-1).reshape(-1)
+    bad = error > ROW_ERROR_FACTOR * rtol * total + atol
+    if not bool(bad.any()):
+        return None
+    worst = int(torch.where(bad, error / (total + atol), torch.zeros_like(error)).argmax())
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), actual.shape[:-1]))
+    return (f"{int(bad.sum())} of {bad.numel()} rows are wrong as a whole, though each element is within "
+            f"tolerance; worst row {index}: its errors add up to {float(error[worst]):.3g}, "
+            f"{float(error[worst] / max(float(total[worst]), 1e-300)):.2g} of its total {float(total[worst]):.3g} "
+            f"(at most {ROW_ERROR_FACTOR * rtol:g} of it, plus {atol:g})")
+
+
+def _nan_counts(actual) -> str:
+    """How many elements were never written, and how many are NaN or inf computed by the code."""
+    if not actual.is_floating_point():
+        return ""
+    unwritten = never_written(actual)
+    n_unwritten = int(unwritten.sum())
+    n_nan = int((torch.isnan(actual) & ~unwritten).sum())
+    n_inf = int(torch.isinf(actual).sum())
+    parts = ([f"{n_unwritten} never written: they still hold the NaN the output was filled with"] * bool(n_unwritten)
+             + [f"{n_nan} are NaN computed by the code"] * bool(n_nan) + [f"{n_inf} are inf"] * bool(n_inf))
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def invoke(fn, args, kernels=(), *, skip=False):
@@ -155,22 +223,92 @@ def _without_sizes(problem: str) -> str:
         if problem.startswith(f"returned {attr}"):
             return f"returned the wrong {attr}"
     if "elements are wrong" in problem:
-        return "wrong values" + (" (some NaN: never written, or computed from out-of-bounds data)"
-                                 if "NaN" in problem else "")
+        kinds = [kind for kind, mark in (("some never written", "never written"), ("some NaN computed by the code",
+                 "NaN computed"), ("some inf", "are inf")) if mark in problem]
+        return "wrong values" + (f" ({', '.join(kinds)})" if kinds else "")
+    if "rows are wrong as a whole" in problem:
+        return "wrong values (each element within tolerance, but whole rows are not)"
     return problem
 
 
-def _hint(problem: str, args) -> str:
-    """The usual cause of a wrong result, from what went wrong and the inputs of the case."""
+def _rows_listed(rows, limit=12) -> str:
+    shown = ", ".join(str(r) for r in rows[:limit])
+    return shown + (f" and {len(rows) - limit} more" if len(rows) > limit else "")
+
+
+def _minus_inf_hint(x: torch.Tensor, actual, hidden: bool) -> str:
+    """For inputs holding -inf: name the rows that are -inf throughout, and the NaN trap of -inf - (-inf)."""
+    trap = ("-inf - (-inf) is NaN, so exp(x - m) is NaN where the (running) maximum m is still -inf: subtract 0 "
+            "there instead (tl.where).")
+    if not (x.dim() == 2 and isinstance(actual, torch.Tensor) and actual.shape == x.shape):
+        return trap
+    all_minus_inf = torch.isneginf(x).all(dim=1)
+    nan_rows = torch.isnan(actual).any(dim=1)
+    if not bool((nan_rows & all_minus_inf).any()):
+        return trap
+    rows = all_minus_inf.nonzero().flatten().tolist()
+    which = "Some rows are" if hidden else f"Rows {_rows_listed(rows)} are"
+    only = (f"{which} -inf throughout: their softmax must be zeros, and their sum is 0, so do not divide by it "
+            "(nor subtract their maximum, -inf).")
+    return only if not bool((nan_rows & ~all_minus_inf).any()) else f"{trap} {only}"
+
+
+def _constant_factor_hint(actual, expected, hidden: bool) -> str:
+    """Rows whose every value is its right value times one factor: only the normaliser (the sum) is wrong."""
+    if not (isinstance(actual, torch.Tensor) and actual.dim() == 2 and actual.shape == expected.shape
+            and actual.is_floating_point() and bool(torch.isfinite(actual).all())):
+        return ""
+    rtol, _ = tolerance(actual.dtype)
+    a, e = actual.double(), expected.double()
+    usable = e.abs() > 1e-3 * e.abs().amax(dim=1, keepdim=True)
+    ratio = torch.where(usable, a / torch.where(usable, e, 1.0), torch.nan)
+    low, high = ratio.nan_to_num(nan=math.inf).amin(dim=1), ratio.nan_to_num(nan=-math.inf).amax(dim=1)
+    factor = torch.nanmedian(ratio, dim=1).values
+    scaled = (usable.sum(dim=1) >= 2) & ((high - low) <= 8 * rtol * factor.abs()) & ((factor - 1).abs() > 4 * rtol)
+    rows = scaled.nonzero().flatten().tolist()
+    if not rows:
+        return ""
+    where = "In some rows" if hidden else f"In rows {_rows_listed(rows)} (row {rows[0]}: x{float(factor[rows[0]]):.4g})"
+    return (f"{where} every value is its right value times one factor: the values are right relative to each "
+            "other and only the row's sum is off. Is the running sum rescaled by exp(m_old - m_new) whenever the "
+            "running maximum grows, and kept in float32?")
+
+
+def _hint(problem: str, args, actual=None, expected=None, hidden=False) -> str:
+    """The usual cause of a wrong result, from what went wrong and the inputs of the case (with hidden=True,
+    without anything of those inputs)."""
     if "never written" in problem:
-        return ("NaN in the result most often marks elements never written (outputs are filled with NaN before "
-                "each call): does the grid launch enough programs to cover every element (triton.cdiv(n, "
+        return ("Elements never written still hold the NaN that what your code allocates is filled with before "
+                "each call: does the grid launch enough programs to cover every element (triton.cdiv(n, "
                 "BLOCK_SIZE)), and does every program store its whole block?")
-    if "elements are wrong" in problem and any(isinstance(a, torch.Tensor) and not a.is_contiguous() for a in args):
+    floats = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel()]
+    if "NaN computed" in problem or "are inf" in problem:
+        with_minus_inf = [a for a in floats if bool(torch.isneginf(a).any())]
+        if with_minus_inf:
+            return _minus_inf_hint(with_minus_inf[0], actual, hidden)
+        largest = max((float(a[torch.isfinite(a)].abs().max()) for a in floats if bool(torch.isfinite(a).any())),
+                      default=0.0)
+        if largest > 80:
+            values = "large values" if hidden else f"values up to ±{largest:g}"
+            return (f"This case has {values}: exp overflows float32 to inf past 88.7, and inf / inf is NaN. "
+                    "Subtract the row's maximum before exp, so that every exponent is <= 0.")
+        return ("NaN or inf computed by the code: look for 0 / 0, inf / inf, inf - inf (a masked-off lane loaded "
+                "as -inf, minus a maximum that is still -inf), exp of a large value, or a value loaded from outside "
+                "the tensor.")
+    if expected is not None:
+        factor = _constant_factor_hint(actual, expected, hidden)
+        if factor:
+            return factor
+    if "wrong" in problem and any(isinstance(a, torch.Tensor) and not a.is_contiguous() for a in args):
         return ("This case passes a non-contiguous view (its strides are not those of a packed tensor): a kernel "
                 "that treats memory as one flat array needs x.contiguous() first, or must address elements "
                 "through the strides.")
     return ""
+
+
+def _not_written(name):
+    raise CheckFailed(f"{name} is not written yet: it raised NotImplementedError. Replace `raise "
+                      f"NotImplementedError()` in its cell with your code, run that cell, then this one.") from None
 
 
 def _fail(name, problem, case, seed, hidden, index, total, hint=""):
@@ -201,6 +339,8 @@ def outputs(fn, reference, make_inputs, cases, *, kernels=(), name=None, hidden=
             _fail(name, str(e), case, case_seed, hidden, index, len(cases), e.hint)
         except CheckFailed:
             raise
+        except NotImplementedError:
+            _not_written(name)
         except Exception as e:
             if hidden:
                 _fail(name, f"raised {type(e).__name__}", case, case_seed, hidden, index, len(cases))
@@ -210,7 +350,8 @@ def outputs(fn, reference, make_inputs, cases, *, kernels=(), name=None, hidden=
             _fail(name, f"modified its input argument {i}", case, case_seed, hidden, index, len(cases))
         problem = compare(actual, expected)
         if problem:
-            _fail(name, problem, case, case_seed, hidden, index, len(cases), _hint(problem, args))
+            _fail(name, problem, case, case_seed, hidden, index, len(cases),
+                  _hint(problem, args, actual, expected, hidden))
     if not hidden:
         print(f"{name}: correct on {len(cases)} random cases")
 
@@ -221,7 +362,10 @@ def kernel_used(fn, kernel, make_inputs, reference, shape, dtype, *, name=None):
     kname = kernel_name(kernel)
     seed = new_seed()
     args = make_inputs(shape, dtype, generator(seed))
-    result, launches, _ = invoke(fn, args, [kernel])
+    try:
+        result, launches, _ = invoke(fn, args, [kernel])
+    except NotImplementedError:
+        _not_written(name)
     count = launches[kname]
     if count == 0:
         raise CheckFailed(f"{name} never launched {kname}: launch it as {kname}[grid](...)")
@@ -245,6 +389,8 @@ def raises(fn, args, exception=ValueError, *, name=None, because="", hidden=Fals
     because = "in a hidden check" if hidden else because
     try:
         fn(*args)
+    except NotImplementedError if exception is not NotImplementedError else ():
+        _not_written(name)
     except exception as e:
         if not hidden:
             print(f"{name}: raises {type(e).__name__} {because}: {e}")
@@ -252,6 +398,25 @@ def raises(fn, args, exception=ValueError, *, name=None, because="", hidden=Fals
     except Exception as e:
         raise CheckFailed(f"{name} raised {type(e).__name__} {because}; expected {exception.__name__}") from None
     raise CheckFailed(f"{name} returned normally {because}; it should raise {exception.__name__}")
+
+
+def accepts(fn, args, *, name=None, because="", hidden=False) -> None:
+    """fn(*args) must return a tensor of args[0]'s dtype without raising. For inputs whose values cannot be
+    checked on this machine (bfloat16 in the CPU interpreter, whose bfloat16 arithmetic is wrong), so that a
+    function refusing them fails here as it would on a GPU. With hidden=True nothing of args or `because` shows."""
+    name = name or getattr(fn, "__name__", "function")
+    because = "in a hidden check" if hidden else because
+    try:
+        got = fn(*args)
+    except NotImplementedError:
+        _not_written(name)
+    except Exception as e:
+        raise CheckFailed(f"{name} raised {type(e).__name__} {because}: it must accept these inputs") from None
+    if not isinstance(got, torch.Tensor) or got.dtype != args[0].dtype:
+        what = got.dtype if isinstance(got, torch.Tensor) else type(got).__name__
+        raise CheckFailed(f"{name} returned {what} {because}; expected a tensor of {args[0].dtype}")
+    if not hidden:
+        print(f"{name}: accepts the inputs {because} (values not checked on this machine)")
 
 
 def _as_float(value, name: str, positive: bool) -> float:
@@ -266,9 +431,13 @@ def _as_float(value, name: str, positive: bool) -> float:
 
 # Checks return None on purpose: nbgrader scores a grade cell whose last line evaluates to a number
 # as that many points.
-def number(value, *, name: str, positive=True) -> None:
-    """value must be a finite real number (and > 0 if positive)."""
-    _as_float(value, name, positive)
+def number(value, *, name: str, positive=True, hidden_value=True) -> None:
+    """value must be a finite real number (and > 0 if positive). With hidden_value (the default), it says that
+    only hidden tests check the value: a pass here, and nbgrader's Validate, cannot tell a right value."""
+    got = _as_float(value, name, positive)
+    if hidden_value:
+        print(f"{name} = {got:g}: a number. Hidden tests check its value when your notebook is graded: "
+              "a pass here, or Validate's \"Success!\", does not say that it is right.")
 
 
 def close_to(value, expected: float, *, name: str, rel: float = 1e-3, hidden=False) -> None:
@@ -297,6 +466,8 @@ def _call(fn, args, name, hidden):
         return fn(*args)
     except CheckFailed:
         raise
+    except NotImplementedError:
+        _not_written(_who(fn, name))
     except Exception as e:
         if hidden:
             raise CheckFailed(f"{_who(fn, name)}: a hidden check raised {type(e).__name__}") from None

@@ -2,11 +2,14 @@
 
 In Triton's CPU interpreter an out-of-bounds store writes into the Python process's own heap and
 corrupts it silently. Inside a guarded buffer such a store lands in the padding instead, where it is
-found and reported by argument name. Out-of-bounds loads read the padding, whose bytes decode to
-huge or NaN values, so results computed from them fail the value checks.
+found and reported by argument name. In the interpreter, loads are watched too: a load whose active
+lanes reach into the padding is reported the same way (a read past the end whose value is never
+stored changes no output), and masked-off lanes loaded without `other`, which the interpreter fills
+with 0 and a GPU leaves undefined, are filled with NaN. On a GPU, loads are not watched.
 """
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 MIN_PAD_BYTES = 1 << 16
@@ -43,6 +46,47 @@ class _Region:
     sentinel: int
     buffer: torch.Tensor = None
     pad: int = 0
+    read_after: int = 0   # bytes past the end / before the start that a load reached, counted from the data
+    read_before: int = 0
+
+    def note_reads(self, addresses: np.ndarray) -> None:
+        """Remember how far the loaded `addresses` reach into this region's padding."""
+        start = self.buffer.data_ptr()
+        data, end = start + self.pad, start + self.pad + (self.hi - self.lo)
+        after = addresses[(addresses >= end) & (addresses < end + self.pad)]
+        before = addresses[(addresses >= start) & (addresses < data)]
+        if after.size:
+            self.read_after = max(self.read_after, int(after.max()) - end + 1)
+        if before.size:
+            self.read_before = max(self.read_before, data - int(before.min()))
+
+
+_loading: list = []  # the regions of the launch running now (the interpreter runs one launch at a time)
+_FLOAT_LANES = {"fp16": np.float16, "fp32": np.float32, "fp64": np.float64}
+
+
+def _watch_interpreted_loads() -> None:
+    """Patch the CPU interpreter's loads once: note the addresses they read, poison masked-off lanes."""
+    try:
+        from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
+    except ImportError:
+        return
+    original = InterpreterBuilder.create_masked_load
+    if getattr(original, "hpcdl_watched", False):
+        return
+
+    def create_masked_load(self, ptrs, mask, other, *rest):
+        if _loading:
+            lanes = ptrs.data[np.broadcast_to(mask.data, ptrs.data.shape)].astype(np.uint64)
+            for r in _loading:
+                r.note_reads(lanes)
+        lane_type = _FLOAT_LANES.get(str(ptrs.get_element_ty()))
+        if other is None and lane_type is not None and not np.all(mask.data):
+            other = TensorHandle(np.full(ptrs.data.shape, np.nan, dtype=lane_type), ptrs.get_element_ty())
+        return original(self, ptrs, mask, other, *rest)
+
+    create_masked_load.hpcdl_watched = True
+    InterpreterBuilder.create_masked_load = create_masked_load
 
 
 class Guard:
@@ -70,6 +114,10 @@ class Guard:
                                   device=r.original.device)
             r.buffer[r.pad:r.pad + r.hi - r.lo] = _storage_bytes(r.original, r.lo, r.hi - r.lo)
         self._regions = list(regions.values())
+        if any(r.original.device.type == "cpu" for r in self._regions):
+            _watch_interpreted_loads()
+        # Replaces the regions of a launch that raised before finish(): the interpreter runs one at a time.
+        _loading[:] = [r for r in self._regions if r.original.device.type == "cpu"]
         self.views = {}
         for name, t in tensors.items():
             r = regions[(t.device, t.untyped_storage().data_ptr())]
@@ -80,7 +128,8 @@ class Guard:
             self.views[name] = typed.set_(r.buffer.untyped_storage(), storage_offset, t.shape, t.stride())
 
     def finish(self) -> None:
-        problems = []
+        _loading.clear()
+        problems, reads = [], []
         for r in self._regions:
             n = r.hi - r.lo
             before = (r.buffer[:r.pad] != r.sentinel).nonzero()
@@ -94,5 +143,10 @@ class Guard:
             if len(before):
                 count = -(-(r.pad - int(before.min())) // itemsize)
                 problems.append(f"wrote up to {count} elements before the start of {what}")
+            if r.read_after:
+                reads.append(f"read up to {-(-r.read_after // itemsize)} elements past the end of {what}")
+            if r.read_before:
+                reads.append(f"read up to {-(-r.read_before // itemsize)} elements before the start of {what}")
+        problems += reads
         if problems:
             raise OutOfBounds("; ".join(problems))

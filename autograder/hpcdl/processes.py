@@ -1,9 +1,13 @@
 """Child processes that can always be stopped completely, and the values they send back.
 
-Each child starts in a session of its own and writes its output to a file (never the caller's
-stderr: in a grade cell, stderr output costs the points). Stopping a child kills every process
-below it, found through /proc before anything is killed: MPICH's mpiexec puts each rank in a
-session of its own, so killing the child's process group alone would leave the ranks running.
+Every child hpcdl starts (builds, ranks, isolated calls, the grading worker) starts here (`start`,
+`Child`), in a session of its own, is stopped here with everything below it (`kill_trees`, `stop`),
+and its end is described here (`exit_reason`, `tail`).
+
+A Child writes its output to a file (never the caller's stderr: in a grade cell, stderr output
+costs the points). Stopping a child kills every process below it, found through /proc before
+anything is killed: MPICH's mpiexec puts each rank in a session of its own, so killing the child's
+process group alone would leave the ranks running.
 
 An exception that a child's code raises comes back as an exception of the same type, where that
 type is one of Python's builtin exceptions (ValueError, RuntimeError from a TORCH_CHECK, ...), else
@@ -22,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -49,18 +54,22 @@ def find_program(name: str):
 
 
 _SIGNAL_HINTS = {
-    signal.SIGSEGV: "a read or write of memory it does not own (an index out of range, a null or freed pointer)",
+    signal.SIGSEGV: "a read or write of memory it does not own (an index out of range in a kernel or a loop, a "
+                    "null or freed pointer)",
     signal.SIGBUS: "an access to memory that is not there (a truncated mapped file, a misaligned pointer)",
     signal.SIGABRT: "abort(): a failed assert, an uncaught C++ exception or a failed MPI call",
     signal.SIGFPE: "an integer division by zero",
-    signal.SIGKILL: "killed from outside, often for using too much memory",
+    signal.SIGKILL: "out of memory, or killed from outside (a deadline, the grader)",
 }
 
 
-def exit_reason(code: int, *, from_shell: bool = False) -> str:
-    """'exited with code 3' or 'was killed by SIGSEGV (Segmentation fault): <what that usually means>'.
+def exit_reason(code, *, from_shell: bool = False) -> str:
+    """'exited with code 3' or 'was killed by SIGSEGV (Segmentation fault): <what that usually means>'
+    for an exit code as subprocess gives it (negative: killed by that signal); None: 'was stopped'.
 
     A shell reports a child killed by signal N as status 128 + N (from_shell=True reads it so)."""
+    if code is None:
+        return "was stopped"
     signum = -code if code < 0 else code - 128 if from_shell and 128 < code < 128 + 65 else None
     if signum is None:
         return f"exited with code {code}"
@@ -73,6 +82,7 @@ def exit_reason(code: int, *, from_shell: bool = False) -> str:
 
 
 def tail(text: str, lines: int = 12) -> str:
+    """The last `lines` lines of a child's output, without surrounding blank space."""
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
@@ -137,26 +147,38 @@ def kill_trees(pids) -> None:
     for pid in frozen:
         _signal(pid, signal.SIGKILL)
     for pid in pids:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(pid)
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group `pid` leads or led: what is left of a session whose leader has exited."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def start(command, *, env=None, cwd=None, stdin=subprocess.DEVNULL, stdout=None, stderr=None, pass_fds=(),
+          preexec_fn=None) -> subprocess.Popen:
+    """Start `command` in a session of its own (so kill_trees can find and stop all of it); the other
+    arguments are subprocess.Popen's (env None: this process's environment)."""
+    command = [os.fspath(c) for c in command]
+    try:
+        return subprocess.Popen(command, stdin=stdin, stdout=stdout, stderr=stderr, env=env, cwd=cwd,
+                                pass_fds=pass_fds, preexec_fn=preexec_fn, start_new_session=True)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"program {command[0]!r} not found; is the course environment installed?") from None
 
 
 class Child:
     """One command in its own session, its stdout and stderr together in the file `log`."""
 
-    def __init__(self, command, *, log, env=None, cwd=None):
+    def __init__(self, command, *, log, env=None, cwd=None, pass_fds=()):
         self.command = [os.fspath(c) for c in command]
         self.log = pathlib.Path(log)
         with open(self.log, "wb") as out:
-            try:
-                self.proc = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, env=env if env is not None else child_env(),
-                                             cwd=cwd, start_new_session=True)
-            except FileNotFoundError:
-                raise FileNotFoundError(f"program {self.command[0]!r} not found; is the course environment "
-                                        f"installed?") from None
+            self.proc = start(self.command, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, pass_fds=pass_fds,
+                              env=env if env is not None else child_env())
         self.returncode = self.exited_at = None
 
     @property
@@ -175,11 +197,21 @@ class Child:
                 self.exited_at = time.monotonic()
         return self.returncode
 
-    def output(self) -> str:
+    def output(self, start: int = 0) -> str:
+        """What the child has printed so far, from byte `start` of its log."""
         try:
-            return self.log.read_text(errors="replace")
+            with open(self.log, "rb") as f:
+                f.seek(start)
+                return f.read().decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
         except OSError:
             return ""
+
+    def printed_bytes(self) -> int:
+        """How much the child has printed so far: output(start=this) is what it prints from now on."""
+        try:
+            return self.log.stat().st_size
+        except OSError:
+            return 0
 
 
 def stop(children) -> None:
@@ -208,6 +240,12 @@ def run(command, *, timeout: float, log, env=None, cwd=None):
     finally:
         stop([child])
     return child.returncode, child.output()
+
+
+def output_of(command, *, timeout: float, env=None) -> tuple:
+    """run() with a log of its own: (exit code, output) of a short command (a tool's --version)."""
+    with tempfile.TemporaryDirectory(prefix="hpcdl-run-") as tmp:
+        return run(command, timeout=timeout, log=os.path.join(tmp, "output.log"), env=env)
 
 
 # torch.load(weights_only=True) refuses numpy arrays unless these are allowed.
@@ -282,16 +320,22 @@ REPORT_RAISED = textwrap.dedent(f"""
             json.dump({{"type": type(e).__name__, "message": message[:{MESSAGE_LIMIT}], "when": time.monotonic()}}, f)
 """)
 
-# The same, and `call_file`: import a Python file as a module, call one of its functions and return what it
-# returns; what importing or calling raises is reported to `raised_file`, then raised again.
+# The same, `load_file`: import a file (Python, or a built extension's .so) as the module `name`; and
+# `call_file`: load a file, call one of its functions and return what it returns; what importing or
+# calling raises is reported to `raised_file`, then raised again.
 CALL_FILE = REPORT_RAISED + textwrap.dedent("""
+    def load_file(path, name):
+        import importlib.util
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+
     def call_file(path, function, args, kwargs, raised_file, module_name=None):
-        import importlib.util, os
+        import os
         try:
-            name = module_name or os.path.basename(path).removesuffix(".py")
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
+            module = load_file(path, module_name or os.path.basename(path).removesuffix(".py"))
             return getattr(module, function)(*args, **kwargs)
         except Exception as e:
             report_raised(e, raised_file)

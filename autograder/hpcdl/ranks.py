@@ -18,7 +18,6 @@ import functools
 import os
 import pickle
 import socket
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -154,9 +153,8 @@ def mpiexec() -> tuple:
     if path is None:
         raise RanksFailed("no `mpiexec` next to this Python or on PATH: install the course environment "
                           "(its `mpich` package provides MPI).")
-    version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60,
-                             stdin=subprocess.DEVNULL)
-    return path, launcher_flags(version.stdout + version.stderr, root=os.geteuid() == 0)
+    _, version = processes.output_of([path, "--version"], timeout=60)
+    return path, launcher_flags(version, root=os.geteuid() == 0)
 
 
 def _rank_env() -> dict:

@@ -29,15 +29,6 @@ class RemoteError(Exception):
     """An exception raised by the learner's code in the worker; subclasses carry its type's name."""
 
 
-def _describe_exit(code) -> str:
-    if code is not None and code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name} ({signal.strsignal(-code)})"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code}"
-
-
 def _exception(reply: dict) -> Exception:
     """The worker's exception, made here from its type's name and message as the lab makes a child
     process's (processes.rebuild_exception): a builtin type stays itself (a TORCH_CHECK's RuntimeError
@@ -75,9 +66,8 @@ class WorkerProcess:
             self.broken = f"the process running your code failed {self.starts} times; not started again"
             raise WorkerFailed(self.broken)
         self.starts += 1
-        self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=self.env, start_new_session=True,
-                                     preexec_fn=self.preexec_fn)
+        self.proc = processes.start(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=self.env, preexec_fn=self.preexec_fn)
         drain = threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True)
         drain.start()
         self.drains.append(drain)
@@ -114,11 +104,10 @@ class WorkerProcess:
     def kill(self):
         proc = self.proc  # the request timer's thread kills while the request may be dropping self.proc
         if proc is not None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            proc.kill()
+            if proc.poll() is None:  # not reaped yet: its pid is still its own, and its tree can be walked
+                processes.kill_trees([proc.pid])
+            else:
+                processes.kill_group(proc.pid)
             proc.wait()
         self._join_drains()
 
@@ -159,7 +148,7 @@ class WorkerProcess:
                 self.kill()
                 problem = f"{what}: the worker sent a malformed reply ({e})"
             else:
-                problem = f"the process running your code {_describe_exit(code)} during {what}"
+                problem = f"the process running your code {processes.exit_reason(code)} during {what}"
             self.events.append(problem)
             raise WorkerFailed(problem) from None
         finally:
@@ -170,21 +159,9 @@ class WorkerProcess:
 
     def processes(self) -> list:
         """The worker and every process it started (in the sandbox, orphans stay its descendants)."""
-        children = {}
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat") as f:
-                        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                except (OSError, ValueError, IndexError):
-                    continue
-                children.setdefault(ppid, []).append(int(entry))
-        found, todo = [], [self.proc.pid] if self.alive() else []
-        while todo:
-            pid = todo.pop()
-            found.append(pid)
-            todo += children.get(pid, [])
-        return found
+        if not self.alive():
+            return []
+        return [self.proc.pid, *sorted(processes.descendants([self.proc.pid]))]
 
     def pause(self) -> list:
         """Stop every process of the worker (so it cannot load the GPU while the checker measures)."""

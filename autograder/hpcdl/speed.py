@@ -11,6 +11,7 @@ those elements and two whole outputs picked after the timing are checked against
 what a batch of trusted torch.add pays beyond its work along the same path (measured on a worker
 without learner code) is taken off, and a speed above what this card's memory allows is rejected.
 """
+import io
 import os
 import random
 import statistics
@@ -20,7 +21,7 @@ import torch
 
 from . import ceilings
 from .check import CheckFailed, compare, generator, new_seed, random_tensor
-from .device import ON_GPU
+from .device import DEVICE, ON_GPU
 from .timing import time_function
 
 # No kernel that reads and writes its bytes once beats a plain copy by much; past this, it was not
@@ -135,28 +136,51 @@ def _batch_overhead(worker) -> float:
 
 def _remote_seconds(fn, make_args, reference, name, overhead) -> float:
     """Median seconds per call of a worker's function, timed by this process's clock, less the overhead of a
-    batch (measured apart, see _batch_overhead)."""
+    batch (measured apart, see _batch_overhead) and less what drawing the batch's inputs costs.
+
+    The inputs travel in the timed request itself and the worker draws them as it decodes it, after the clock
+    has started: a thread of the learner's cannot start on them early. Drawing them is timed here, on this
+    card, by decoding the same request (the worker's decoder, this process's code), and taken off."""
     worker = fn._worker
     times = []
     for repeat in range(BATCH_REPEATS + 1):  # the first batch compiles and warms up: not counted
         sets = [make_args() for _ in range(BATCH_CALLS)]
-        worker.request({"op": "load_sets", "sets": sets, "wake_s": WAKE_SECONDS}, what=f"loading the inputs of {name}")
+        positions = [random.randrange(1 << 62) for _ in sets]
+        request = {"op": "run_timed", **fn._target(), "sets": sets, "positions": positions}
+        worker.request({"op": "wake", "wake_s": WAKE_SECONDS}, what=f"waking the card for {name}")
         # The clock stops when an element of every output has arrived: the worker cannot reply before its work
         # is done (these elements are checked below), whatever its own code says about synchronizing.
-        positions = [random.randrange(1 << 62) for _ in sets]
         _synchronize()
         start = time.perf_counter()
-        picked = worker.request({"op": "run_timed", **fn._target(), "positions": positions}, what=name)["picked"]
-        seconds = max(time.perf_counter() - start - overhead, 1e-9) / BATCH_CALLS
+        picked = worker.request(request, what=name)["picked"]
+        elapsed = time.perf_counter() - start
         verified = random.Random().sample(range(BATCH_CALLS), VERIFIED_PER_BATCH)
         whole = {i: worker.request({"op": "fetch", "index": i}, what=f"the output of {name}")["result"]
                  for i in verified}
+        seconds = max(elapsed - overhead - _drawing_seconds(sets), 1e-9) / BATCH_CALLS
         if reference is not None:
             _check_batch(picked, whole, reference, sets, positions, name)
         if repeat:
             times.append(seconds)
-        del sets
+        del sets, request, whole
     return statistics.median(times)
+
+
+def _drawing_seconds(sets) -> float:
+    """Seconds this process takes to decode a batch's inputs as the worker does (redrawing the large random
+    ones on the card), the least of three."""
+    from . import wire
+
+    message = wire.encode({"sets": sets}, side="checker")
+    best = float("inf")
+    for _ in range(3):
+        _synchronize()
+        start = time.perf_counter()
+        decoded = wire.receive(io.BytesIO(message), DEVICE, lambda ref: None, side="worker")
+        _synchronize()
+        best = min(best, time.perf_counter() - start)
+        del decoded
+    return best
 
 
 def _check_batch(picked, whole, reference, sets, positions, name):
@@ -191,6 +215,8 @@ class BusyCard(ImpossibleSpeed):
 
 IDLE_PROBE_SECONDS = 1e-3  # a tiny kernel on an idle card returns in tens of microseconds
 IDLE_WAIT_SECONDS = 60
+BUSY_FRACTION = 0.85  # a card that copies slower than this share of its idle speed runs someone else's work
+_idle_copy = None
 
 
 def _probe_seconds() -> float:
@@ -202,20 +228,48 @@ def _probe_seconds() -> float:
     return time.perf_counter() - start
 
 
+def _copy_speed() -> float:
+    """Bytes per second of 40 back-to-back 512 MB copies (about 5 ms on an H200, longer than the slice of time
+    the card gives each process that has work on it), the median of three."""
+    src = torch.rand(1 << 26, device="cuda")
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    samples = []
+    for _ in range(3):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(40):
+            dst.copy_(src)
+        torch.cuda.synchronize()
+        samples.append(time.perf_counter() - start)
+    return 40 * 8 * src.numel() / statistics.median(samples)
+
+
+def note_idle_card() -> None:
+    """Measure this card's copy speed before any learner code has run on it (the checker does, before it starts
+    the worker): a later measurement well below it means work that is not the checker's shares the card."""
+    global _idle_copy
+    if ON_GPU and _idle_copy is None:
+        _idle_copy = _copy_speed()
+
+
 def _card_is_idle(wait: float) -> bool:
-    """Whether a tiny kernel runs at once, five times in a row, within `wait` seconds. A paused process's work
-    already queued on the card still runs (and the card shares its time between contexts), so this is how the
-    checker knows that nothing of the worker's runs beside its own measurement."""
+    """Whether a tiny kernel runs at once, five times in a row, and the card copies at its idle speed (measured
+    by note_idle_card), within `wait` seconds. A paused process's work already queued on the card still runs,
+    and the card shares its time between processes: this is how the checker knows that nothing of the
+    worker's runs beside its own measurement."""
     for _ in range(3):
         _probe_seconds()  # warm-up: the first launches pay for the context and the kernel's loading
     end, in_a_row = time.perf_counter() + wait, 0
-    while in_a_row < 5:
+    while True:
         in_a_row = in_a_row + 1 if _probe_seconds() < IDLE_PROBE_SECONDS else 0
-        if in_a_row == 0:
+        if in_a_row >= 5 and (_idle_copy is None or _copy_speed() >= BUSY_FRACTION * _idle_copy):
+            return True
+        if in_a_row == 0 or in_a_row >= 5:
             if time.perf_counter() > end:
                 return False
+            in_a_row = 0
             time.sleep(0.01)
-    return True
 
 
 def _pausing_worker(fn):

@@ -139,17 +139,20 @@ class Worker:
     def get(self, request):
         return {"result": getattr(self.target(request), request["attr"])}
 
-    def load_sets(self, request):
-        with self.quiet():
-            self.sets, self.outputs = list(request["sets"]), []
-            self.speed.wake_the_card(float(request.get("wake_s", 0)))
-            self.synchronize()
+    def wake(self, request):
+        """Drop the last batch and wake the card, just before the checker starts its clock."""
+        self.sets, self.outputs = [], []
+        self.speed.wake_the_card(float(request.get("wake_s", 0)))
+        self.synchronize()
         return {}
 
     def run_timed(self, request):
-        """Call the function once per loaded argument set; reply with one element of each output, at the
-        positions the checker drew: reading them waits for the work (the checker checks them later)."""
+        """Call the function once per argument set of the request, whose inputs were drawn as the request was
+        decoded, after the checker's clock started: no code of the learner's has seen them before. Reply with
+        one element of each output, at the positions the checker drew: reading them waits for the work (the
+        checker checks them later)."""
         fn = self.callee(request)
+        self.sets = list(request["sets"])
         self.outputs = [fn(*args) for args in self.sets]
         picked = [_element(self.outputs[i], position) for i, position in enumerate(request.get("positions", []))]
         self.synchronize()
@@ -165,8 +168,7 @@ class Worker:
     def quiet(self):
         """A context in which none of the learner's code runs as a side effect of the worker's own torch calls:
         no torch function or dispatch mode, no tensor subclass's __torch_function__, no profile or trace hook.
-        Decoding a request's inputs and loading a timed batch run in it, so no learner code sees the inputs of
-        a timed batch before the checker's clock starts."""
+        Every request is decoded in it, so no learner code runs while a timed batch's inputs are drawn."""
         import contextlib
 
         from torch.utils._python_dispatch import _disable_current_modes
@@ -180,7 +182,7 @@ class Worker:
 
     def serve(self, requests, replies):
         ops = {"run_cells": lambda r: self.run_cells(r["cells"]), "call": self.call, "get": self.get,
-               "load_sets": self.load_sets, "run_timed": self.run_timed, "fetch": self.fetch}
+               "wake": self.wake, "run_timed": self.run_timed, "fetch": self.fetch}
         while True:
             try:
                 with self.quiet():

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import nbformat
 
-from . import paths
+from . import cells as roles, paths
 
-SPEED_PREFIX = "test_speed"
-MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+SPEED_PREFIX = roles.SPEED_PREFIX  # kept here for grade.py
+MARKERS = roles.SOLUTION_MARKERS  # kept here for benchmarks/solution_code.py
 
 
 class FixtureError(ValueError):
@@ -40,25 +40,91 @@ class Fixture:
     fails: set = field(default_factory=set)
     demo: bool = False
     flagged: set = field(default_factory=set)  # self-checks (check_*) whose failure the instructor must see
+    cpu_only: bool = False  # caught only by the CPU interpreter's checks (watched loads): not graded on a GPU
+
+
+# The keys an entry may hold. `messages` (grade_id -> texts its outputs must show) is read only by the
+# test suite's process fixture (tests/test_processes.py).
+ENTRY_KEYS = {"name", "why", "cells", "edits", "fails", "flagged", "demo", "messages", "cpu_only"}
 
 
 def load(assignment: str) -> list:
+    """The assignment's fixtures, checked against its notebooks: FixtureError, naming file and fixture,
+    for an unknown key, a missing `name`, `why` or (in a wrong answer) `fails`, a cell name that is not
+    in the notebook, an edit that does not apply, and a grade cell that no wrong answer fails."""
     path = paths.SOLUTIONS / assignment / "answers.toml"
     if not path.exists():
         return []
-    data = tomllib.loads(path.read_text())
+    where_file = str(path.relative_to(paths.SOLUTIONS.parent))
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise FixtureError(f"{where_file}: not valid TOML: {e}") from None
+    if set(data) - {"right", "wrong"}:
+        raise FixtureError(f"{where_file}: unknown table(s) {sorted(set(data) - {'right', 'wrong'})}: "
+                           f"the file holds [[right]] and [[wrong]] entries only")
     entries = [(kind == "right", entry) for kind in ("right", "wrong") for entry in data.get(kind, [])]
+    notebook_cells = notebook_cells_by_id(assignment)
     solutions = solution_sources(assignment) if any("edits" in entry for _, entry in entries) else {}
-    found = []
+    found, names = [], set()
     for right, entry in entries:
-        where = f"{path.relative_to(paths.SOLUTIONS.parent)}, fixture {entry.get('name')!r}"
+        where = f"{where_file}, fixture {entry.get('name')!r}"
+        check_entry(entry, right, notebook_cells, where)
+        if entry["name"] in names:
+            raise FixtureError(f"{where}: a second fixture of this name: names must be unique in the file")
+        names.add(entry["name"])
         whole, edits = entry.get("cells", {}), entry.get("edits", {})
         if not whole and not edits or set(whole) & set(edits):
             raise FixtureError(f"{where}: give each cell it changes once, whole under `cells` or under `edits`")
         cells = {**whole, **edited_cells(edits, solutions, where)}
         found.append(Fixture(assignment, entry["name"], entry["why"], cells, right,
-                             set(entry.get("fails", [])), entry.get("demo", False), set(entry.get("flagged", []))))
+                             set(entry.get("fails", [])), entry.get("demo", False), set(entry.get("flagged", [])),
+                             bool(entry.get("cpu_only", False))))
+    uncaught = sorted(set(roles.graded_points(notebook_cells.values())) - set().union(*(f.fails for f in found)))
+    if uncaught:
+        raise FixtureError(f"{where_file}: no [[wrong]] answer fails {', '.join(uncaught)}: every grade cell needs a "
+                           f"wrong answer that fails it (README, Writing a notebook)")
     return found
+
+
+def notebook_cells_by_id(assignment: str) -> dict:
+    """grade_id -> the solution notebooks' cell itself, for every cell nbgrader knows."""
+    found = {}
+    for name in paths.notebook_names(assignment):
+        nb = nbformat.read(paths.SOLUTIONS / assignment / f"{name}.ipynb", as_version=4)
+        found |= {roles.grade_id(c): c for c in nb.cells if roles.grade_id(c)}
+    return found
+
+
+def check_entry(entry: dict, right: bool, notebook_cells: dict, where: str) -> None:
+    """FixtureError, saying what to write, for an entry that answers.toml's rules refuse."""
+    kind = "[[right]]" if right else "[[wrong]]"
+    unknown = sorted(set(entry) - ENTRY_KEYS)
+    if unknown:
+        raise FixtureError(f"{where}: unknown key(s) {', '.join(unknown)} "
+                           f"(an entry takes {', '.join(sorted(ENTRY_KEYS))})")
+    if not isinstance(entry.get("name"), str) or not entry["name"]:
+        raise FixtureError(f"{where}: a {kind} entry needs `name = \"...\"`, unique in the file")
+    if not isinstance(entry.get("why"), str) or not entry["why"].strip():
+        raise FixtureError(f"{where}: needs `why`: the mistake (or, in a right answer, the alternative) it stands for")
+    if right and (entry.get("fails") or entry.get("flagged")):
+        raise FixtureError(f"{where}: a [[right]] answer fails nothing: remove `fails` and `flagged`")
+    if not right and "fails" not in entry:
+        raise FixtureError(f"{where}: a [[wrong]] answer needs `fails = [...]`, the grade cells it must fail "
+                           f"(`fails = []` only beside `flagged`, for a mistake only a self-check sees)")
+    if not right and not entry["fails"] and not entry.get("flagged"):
+        raise FixtureError(f"{where}: fails no grade cell and lists no `flagged` self-check: it tests nothing")
+    graded = {g for g, c in notebook_cells.items() if roles.is_graded(c)}
+    self_checks = {g for g, c in notebook_cells.items() if roles.role(c) == roles.SELFCHECK}
+    for key, allowed, what in (("fails", graded, "grade cell"), ("messages", graded, "grade cell"),
+                               ("flagged", self_checks, "self-check (a locked check_* cell)"),
+                               ("cells", set(notebook_cells), "cell")):
+        if not isinstance(entry.get(key, []), (list, dict)):
+            raise FixtureError(f"{where}: `{key}` must be a list (or a table), such as {key} = [\"test_x\"]")
+        strangers = sorted(set(entry.get(key, [])) - allowed)
+        if strangers:
+            raise FixtureError(f"{where}: `{key}` names {', '.join(strangers)}, which is not a {what} of the notebook "
+                               f"(there: {', '.join(sorted(allowed)) or 'none'})")
 
 
 def apply_edits(source: str, edits: list, where: str) -> str:
@@ -92,22 +158,18 @@ def grade_cells(assignment: str) -> dict:
     found = {}
     for name in paths.notebook_names(assignment):
         nb = nbformat.read(paths.SOLUTIONS / assignment / f"{name}.ipynb", as_version=4)
-        for cell in nb.cells:
-            meta = cell.metadata.get("nbgrader", {})
-            if meta.get("grade"):
-                found[meta["grade_id"]] = meta["points"]
+        found |= roles.graded_points(nb.cells)
     return found
 
 
 def speed_cells(assignment: str) -> set:
-    return {g for g in grade_cells(assignment) if g.startswith(SPEED_PREFIX)}
+    return {g for g in grade_cells(assignment) if roles.is_speed(g)}
 
 
 def _solution_sources(assignment: str, name: str) -> dict:
     nb = nbformat.read(paths.SOLUTIONS / assignment / f"{name}.ipynb", as_version=4)
-    return {cell.metadata["nbgrader"]["grade_id"]: "\n".join(
-                line for line in cell.source.splitlines() if line.strip() not in MARKERS)
-            for cell in nb.cells if cell.metadata.get("nbgrader", {}).get("solution")}
+    return {roles.grade_id(cell): roles.without_solution_markers(cell.source)
+            for cell in nb.cells if roles.is_answer(cell)}
 
 
 def solution_sources(assignment: str) -> dict:
@@ -124,7 +186,7 @@ def submission(assignment: str, name: str, answers: dict | None = None, released
         return nb
     nb = copy.deepcopy(nb)
     for cell in nb.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        grade_id = roles.grade_id(cell)
         if grade_id in answers:
             cell.source = answers[grade_id]
     return nb

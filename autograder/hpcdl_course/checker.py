@@ -2,7 +2,7 @@
 
     python -m hpcdl_course.checker SPEC.json VERDICTS.json
 
-SPEC lists the notebook's code cells with their roles (see trusted_execute.py). The checker starts
+SPEC lists the notebook's code cells with their roles (cells.py). The checker starts
 a worker in the sandbox (sandbox.py) that runs the locked and answer cells, then runs the locked
 and test cells itself, in order, with proxies (hpcdl.remote) in place of what the answer cells
 defined. Every verdict is decided here, by code the learner's code never ran beside; nothing the
@@ -20,10 +20,10 @@ os.environ.setdefault("HPCDL_QUIET", "1")
 os.environ["HPCDL_CEILINGS_CACHE"] = "off"  # a ceiling is measured here, never read from a file
 
 import hpcdl  # noqa: E402
-from hpcdl import remote  # noqa: E402
+from hpcdl import remote, speed  # noqa: E402
 from hpcdl.worker import run_source  # noqa: E402
 
-from . import sandbox  # noqa: E402
+from . import cells as roles, sandbox  # noqa: E402
 
 PRINT_LIMIT = 20_000
 REQUEST_TIMEOUT = float(os.environ.get("HPCDL_REQUEST_TIMEOUT", 600))
@@ -59,7 +59,7 @@ def run_order(cells: list) -> list:
     """The cells the checker runs, in the order it runs them: locked and test cells in notebook order, but
     every test cell that holds hidden tests after all the others. So no visible check, whose messages show
     what the learner's code returned or raised, runs after the learner's code has seen a hidden input."""
-    ran = [c for c in cells if c["role"] in ("locked", "test", "selfcheck")]
+    ran = [c for c in cells if c["role"] in roles.RUN_BY_CHECKER]
     return [c for c in ran if not c.get("hidden")] + [c for c in ran if c.get("hidden")]
 
 
@@ -85,11 +85,12 @@ class Checker:
         self.locked_names = set(spec.get("locked_names", []))
         self.answer_errors, self.names = {}, {}
         self.flags = []
+        speed.note_idle_card()  # before any learner code runs on the card: the yardstick of a busy card
         self.worker = sandbox.worker(timeout=REQUEST_TIMEOUT, on_start=self._run_worker_cells)
 
     def _run_worker_cells(self, worker):
-        cells = [{"id": c["id"], "source": c["source"], "answer": c["role"] == "answer"}
-                 for c in self.cells if c["role"] in ("locked", "answer")]
+        cells = [{"id": c["id"], "source": c["source"], "answer": c["role"] == roles.ANSWER}
+                 for c in self.cells if c["role"] in roles.RUN_BY_WORKER]
         reply = worker.request({"op": "run_cells", "cells": cells}, what="running your answer cells")
         if not self.names:
             self.answer_errors = dict(reply["errors"])
@@ -141,11 +142,11 @@ class Checker:
                     if isinstance(e, hpcdl.speed.ImpossibleSpeed):
                         self.flags.append(f"{cell['id']}: {e}")
             seconds[cell["id"]] = time.perf_counter() - started
-            if cell["role"] == "test":
+            if cell["role"] == roles.TEST:
                 # A hidden cell's prints could show its inputs (or what the learner's code made of them).
                 shown = "" if cell.get("hidden") else printed.getvalue()
                 verdicts[cell["id"]] = {"passed": error is None, "printed": shown, "error": error}
-            elif error and cell["role"] == "selfcheck":
+            elif error and cell["role"] == roles.SELFCHECK:
                 self.flags.append(f"self-check {cell['id']} failed (not graded: what ran in the submission's "
                                   f"process is told by that process): {error}")
             elif error:

@@ -1,6 +1,7 @@
 """The learner distribution: one folder with everything learners get and nothing they must not see.
 
-    <target>/course/        the released notebooks, copied byte for byte
+    <target>/course/        the released notebooks and the files beside them (the recorded GPU results
+                            their pictures read), copied byte for byte
     <target>/hpcdl/         the check and measurement package, with a pyproject.toml that packages only it
     <target>/env/           the pins and setup.sh (it installs `-e .`: the package above); not system-tools.sh
     <target>/binder/        Binder's set-up, which installs the same package

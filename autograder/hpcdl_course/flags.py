@@ -34,50 +34,64 @@ def review(cell_id: str, source: str, protected: set) -> list:
         tree = ast.parse(source)
     except SyntaxError:
         return []
+    shared = SHARED_NAMES | protected
+    return [f"{cell_id} line {getattr(node, 'lineno', '?')}: {why}"
+            for node in ast.walk(tree) for why in _reasons(node, shared)]
+
+
+def _reasons(node, shared: set) -> list:
+    """What is suspect about one syntax node; `shared`: names the notebook's locked cells and imports define."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return _import_reasons(node)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in SUSPECT_CALLS:
+        return [f"calls {node.func.id}()"]
+    if isinstance(node, ast.Attribute):
+        return _attribute_reasons(node)
+    if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+        return _assignment_reasons(node, shared)
+    if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in shared:
+        return [f"redefines {node.name}, which the notebook's locked cells define"]
+    if isinstance(node, ast.Global):
+        return [f"declares global {name}" for name in node.names if name in shared]
+    return []
+
+
+def _import_reasons(node) -> list:
+    mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+    if isinstance(node, ast.ImportFrom) and node.module == "hpcdl":
+        mods = [f"hpcdl.{a.name}" for a in node.names]
     found = []
+    for m in mods:
+        top, _, sub = m.partition(".")
+        if top == "hpcdl" and sub.split(".")[0] in GRADER_INTERNALS:
+            found.append(f"imports {m}, the grader's own machinery")
+        elif top in SUSPECT_MODULES and not (m == "sys" and isinstance(node, ast.Import)):
+            found.append(f"imports {m}")  # `import sys` alone is judged by what it touches (_attribute_reasons)
+    return found
 
-    def flag(node, why):
-        found.append(f"{cell_id} line {getattr(node, 'lineno', '?')}: {why}")
 
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            if isinstance(node, ast.ImportFrom) and node.module == "hpcdl":
-                mods = [f"hpcdl.{a.name}" for a in node.names]
-            for m in mods:
-                top, _, sub = m.partition(".")
-                if top == "hpcdl" and sub.split(".")[0] in GRADER_INTERNALS:
-                    flag(node, f"imports {m}, the grader's own machinery")
-                elif top in SUSPECT_MODULES:
-                    if m == "sys" and isinstance(node, ast.Import):
-                        continue  # judged by what it touches, below
-                    flag(node, f"imports {m}")
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in SUSPECT_CALLS:
-            flag(node, f"calls {node.func.id}()")
-        elif isinstance(node, ast.Attribute):
-            if node.attr.startswith("__") and node.attr.endswith("__") and node.attr not in ("__name__", "__init__"):
-                flag(node, f"reaches for {node.attr}")
-            elif node.attr in FRAME_ATTRS:
-                flag(node, f"reaches for a frame ({node.attr})")
-            elif isinstance(node.value, ast.Name) and node.value.id == "hpcdl" and node.attr in GRADER_INTERNALS:
-                flag(node, f"reaches for hpcdl.{node.attr}, the grader's own machinery")
-            elif isinstance(node.value, ast.Name) and node.value.id == "sys" and node.attr not in HARMLESS_SYS:
-                flag(node, f"uses sys.{node.attr}")
-        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
-            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
-            for t in targets:
-                for leaf in ast.walk(t):
-                    if isinstance(leaf, ast.Attribute) and _root_name(leaf) in SHARED_NAMES | protected:
-                        flag(node, f"changes {ast.unparse(leaf)}")
-                    elif isinstance(leaf, ast.Name) and isinstance(leaf.ctx, (ast.Store, ast.Del)) \
-                            and leaf.id in SHARED_NAMES | protected:
-                        flag(node, f"rebinds {leaf.id}, which the notebook's locked cells define")
-        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in SHARED_NAMES | protected:
-            flag(node, f"redefines {node.name}, which the notebook's locked cells define")
-        elif isinstance(node, ast.Global):
-            for name in node.names:
-                if name in SHARED_NAMES | protected:
-                    flag(node, f"declares global {name}")
+def _attribute_reasons(node) -> list:
+    owner = node.value.id if isinstance(node.value, ast.Name) else None
+    if node.attr.startswith("__") and node.attr.endswith("__") and node.attr not in ("__name__", "__init__"):
+        return [f"reaches for {node.attr}"]
+    if node.attr in FRAME_ATTRS:
+        return [f"reaches for a frame ({node.attr})"]
+    if owner == "hpcdl" and node.attr in GRADER_INTERNALS:
+        return [f"reaches for hpcdl.{node.attr}, the grader's own machinery"]
+    if owner == "sys" and node.attr not in HARMLESS_SYS:
+        return [f"uses sys.{node.attr}"]
+    return []
+
+
+def _assignment_reasons(node, shared: set) -> list:
+    targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+    found = []
+    for t in targets:
+        for leaf in ast.walk(t):
+            if isinstance(leaf, ast.Attribute) and _root_name(leaf) in shared:
+                found.append(f"changes {ast.unparse(leaf)}")
+            elif isinstance(leaf, ast.Name) and isinstance(leaf.ctx, (ast.Store, ast.Del)) and leaf.id in shared:
+                found.append(f"rebinds {leaf.id}, which the notebook's locked cells define")
     return found
 
 

@@ -105,35 +105,18 @@ def grade_folder(folder, assignments=None) -> list:
         sandboxing = sandbox.mode()  # fails early, with what to do, where bubblewrap is missing
     except sandbox.SandboxUnavailable as e:
         raise GradingSetupError(str(e)) from None
-    found = submissions.scan(folder)
     wanted = assignments or paths.assignments()
-    others = sorted({sub.assignment for sub in found if sub.assignment in paths.assignments()} - set(wanted))
-    if others:
-        skipped = sum(sub.assignment in others for sub in found)
-        print(f"skipping {skipped} submission(s) of {', '.join(others)}: grading only {', '.join(wanted)}",
-              flush=True)
-        found = [sub for sub in found if sub.assignment not in others]
-    if not any(sub.assignment in wanted for sub in found):
-        raise NothingToGrade(
-            f"{folder} holds no submission{' of ' + ', '.join(wanted) if assignments else ''} "
-            f"(expected {folder}/<student>/<assignment>/<notebook>.ipynb): nothing was graded",
-            [Result(sub.student, sub.assignment, problems=list(sub.problems)) for sub in found])
+    found = selected(folder, submissions.scan(folder), wanted, asked=bool(assignments))
+    due = due_dates()  # read before anything is released: a date nbgrader cannot read stops the run here
     to_release = [a for a in wanted if any(sub.assignment == a and sub.notebooks for sub in found)]
-    for a in to_release:  # records the assignment and its tests in the gradebook
-        print(f"releasing {a} into the gradebook (nbgrader generate_assignment) ...", flush=True)
-        started = time.perf_counter()
-        release.generate(a, paths.work() / "release")
-        print(f"  took {time.perf_counter() - started:.0f} s", flush=True)
-    if not to_release:
-        print("no submission here can be graded: nothing released", flush=True)
+    release_into_gradebook(to_release, due)
     note = speed_note(to_release)
     gpu = on_gpu() if note else True
     if not gpu:
         print(note, flush=True)
     when = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     results = []
-    total = sum(sub.assignment in wanted and bool(sub.notebooks) for sub in found)
-    done = 0
+    total, done = sum(sub.assignment in wanted and bool(sub.notebooks) for sub in found), 0
     for sub in found:
         result = Result(sub.student, sub.assignment, problems=list(sub.problems))
         results.append(result)
@@ -143,31 +126,102 @@ def grade_folder(folder, assignments=None) -> list:
             result.problems.append("nothing gradable in this submission")
             records.remember(result, when, staged=False)
             continue
-        result.earlier = earlier_score(sub.student, sub.assignment)
-        aside = set(replaced_copies(sub.student, sub.assignment))
-        result.problems += submissions.stage(sub)
-        if result.earlier is not None:
-            keep_earlier_score(result.earlier, set(replaced_copies(sub.student, sub.assignment)) - aside)
-        result.problems += keep_timestamp(folder, sub)
         done += 1
-        print(f"grading {submissions.printable(sub.student)} / {submissions.printable(sub.assignment)} "
-              f"({done} of {total}) ...", flush=True)
-        for name in paths.notebook_names(sub.assignment):
-            report_path(sub.student, sub.assignment, name).unlink(missing_ok=True)
-        started = time.perf_counter()
-        result.problems += autograde(sub, gpu)
-        print(f"  took {time.perf_counter() - started:.0f} s", flush=True)
-        result.flags = flags(sub.student, sub.assignment)
-        if sandboxing == "none":
-            result.flags.append("graded without a sandbox (HPCDL_SANDBOX=none)")
-        # A notebook without an autograded copy has a meaningless 0 in the gradebook: show it as not graded.
-        autograded = paths.work() / "autograded" / sub.student / sub.assignment
-        result.scores = {name: score for name, score in scores(sub.student, sub.assignment).items()
-                         if (autograded / f"{name}.ipynb").exists()}
-        result.cells = graded_cells(sub.student, sub.assignment, list(result.scores), gpu)
+        grade_one(folder, sub, result, gpu, sandboxing, f"{done} of {total}")
         records.remember(result, when, staged=True)
     records.write_csvs()
     return results
+
+
+def selected(folder, found: list, wanted: list, asked: bool) -> list:
+    """The scanned submissions left once those of course assignments not `wanted` are skipped (said so);
+    NothingToGrade where none of `wanted` is left. `asked`: the assignments were named by the instructor."""
+    others = sorted({sub.assignment for sub in found if sub.assignment in paths.assignments()} - set(wanted))
+    if others:
+        skipped = sum(sub.assignment in others for sub in found)
+        print(f"skipping {skipped} submission(s) of {', '.join(others)}: grading only {', '.join(wanted)}",
+              flush=True)
+        found = [sub for sub in found if sub.assignment not in others]
+    if not any(sub.assignment in wanted for sub in found):
+        raise NothingToGrade(
+            f"{folder} holds no submission{' of ' + ', '.join(wanted) if asked else ''} "
+            f"(expected {folder}/<student>/<assignment>/<notebook>.ipynb): nothing was graded",
+            [Result(sub.student, sub.assignment, problems=list(sub.problems)) for sub in found])
+    return found
+
+
+def release_into_gradebook(assignments: list, due: dict) -> None:
+    """Record each assignment, its tests and its due date (if configured) in the gradebook."""
+    for a in assignments:
+        print(f"releasing {a} into the gradebook (nbgrader generate_assignment) ...", flush=True)
+        started = time.perf_counter()
+        release.generate(a, paths.work() / "release")
+        print(f"  took {time.perf_counter() - started:.0f} s", flush=True)
+        if a in due:
+            set_due_date(a, due[a])
+    if not assignments:
+        print("no submission here can be graded: nothing released", flush=True)
+
+
+def grade_one(folder, sub: submissions.Submission, result: Result, gpu: bool, sandboxing: str, position: str) -> None:
+    """Stage one gradable submission (moving an earlier copy aside with its score), autograde it and fill
+    `result` with its problems, flags, scores and cells. `position`: "3 of 10", for the progress line."""
+    result.earlier = earlier_score(sub.student, sub.assignment)
+    aside = set(replaced_copies(sub.student, sub.assignment))
+    result.problems += submissions.stage(sub)
+    if result.earlier is not None:
+        keep_earlier_score(result.earlier, set(replaced_copies(sub.student, sub.assignment)) - aside)
+    result.problems += keep_timestamp(folder, sub)
+    print(f"grading {submissions.printable(sub.student)} / {submissions.printable(sub.assignment)} ({position}) ...",
+          flush=True)
+    for name in paths.notebook_names(sub.assignment):
+        report_path(sub.student, sub.assignment, name).unlink(missing_ok=True)
+    started = time.perf_counter()
+    result.problems += autograde(sub, gpu)
+    print(f"  took {time.perf_counter() - started:.0f} s", flush=True)
+    result.flags = flags(sub.student, sub.assignment)
+    if sandboxing == "none":
+        result.flags.append("graded without a sandbox (HPCDL_SANDBOX=none)")
+    # A notebook without an autograded copy has a meaningless 0 in the gradebook: show it as not graded.
+    autograded = paths.work() / "autograded" / sub.student / sub.assignment
+    result.scores = {name: score for name, score in scores(sub.student, sub.assignment).items()
+                     if (autograded / f"{name}.ipynb").exists()}
+    result.cells = graded_cells(sub.student, sub.assignment, list(result.scores), gpu)
+
+
+# --- Due dates: nbgrader's, set from its configuration ---------------------------------------------------
+
+def due_dates() -> dict:
+    """assignment -> due date, as nbgrader's configuration files set c.HpcdlGrade.due_dates (those nbgrader
+    reads when run from autograder/: ~/.jupyter's, then autograder/nbgrader_config.py). GradingSetupError for
+    an unknown assignment or a date nbgrader cannot read."""
+    from nbgrader.apps.baseapp import NbGrader
+    from nbgrader.utils import parse_utc
+
+    app = NbGrader()
+    here = os.getcwd()
+    os.chdir(paths.AUTOGRADER)  # nbgrader reads the configuration file of its working folder
+    try:
+        app.load_config_file()
+    finally:
+        os.chdir(here)
+    due = dict(app.config.get("HpcdlGrade", {}).get("due_dates", {}))
+    for a, when in due.items():
+        if a not in paths.assignments():
+            raise GradingSetupError(f"c.HpcdlGrade.due_dates names {a!r}, which is no assignment "
+                                    f"(known: {', '.join(paths.assignments())})")
+        try:
+            parse_utc(when)
+        except Exception:  # dateutil raises several types for text that is not a time
+            raise GradingSetupError(f"c.HpcdlGrade.due_dates: {when!r} ({a}) is not a time nbgrader reads") from None
+    return due
+
+
+def set_due_date(assignment: str, when: str) -> None:
+    proc = nbgrader("db", "assignment", "add", assignment, f"--duedate={when}")
+    if proc.returncode != 0:
+        raise GradingSetupError(f"could not set the due date of {assignment}: {errors(proc)}")
+    print(f"  due {when} (c.HpcdlGrade.due_dates)", flush=True)
 
 
 # --- The cells of a graded submission ------------------------------------------------------------------

@@ -17,7 +17,7 @@ import re
 import jupytext
 import nbformat
 
-from . import paths
+from . import cells, paths
 
 KERNELSPEC = {"display_name": "HPC-DL (Python 3)", "language": "python", "name": "hpcdl"}
 # What the hpcdl kernel reports about its language, as JupyterLab writes it into a notebook when the kernel
@@ -27,8 +27,6 @@ LANGUAGE_INFO = {"codemirror_mode": {"name": "ipython", "version": 3}, "file_ext
                  "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
                  "pygments_lexer": "ipython3", "version": "3.11.7"}
 
-# kind -> (grade, locked, solution); a test cell also takes its points
-CELL_KINDS = {"answer": (False, False, True), "test": (True, True, False), "locked": (False, True, False)}
 COMPACT = re.compile(r"^# %% \[(?P<kind>answer|test|locked)(?P<rest>[^\]]*)\]\s*$")
 GRADE_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
 
@@ -39,7 +37,7 @@ class HeaderError(ValueError):
 
 def nbgrader_metadata(kind: str, grade_id: str, points=None) -> dict:
     """The nbgrader metadata (schema 3) of a cell of this kind: the same keys nbgrader writes."""
-    grade, locked, solution = CELL_KINDS[kind]
+    grade, locked, solution = cells.MARKER_KINDS[kind]  # a test cell also takes its points
     meta = {"grade": grade, "grade_id": grade_id, "locked": locked}
     if grade:
         meta["points"] = points
@@ -83,8 +81,7 @@ def build(text_path) -> nbformat.NotebookNode:
     nb = jupytext.reads(expand(text_path.read_text(), str(text_path)), fmt="py:percent")
     nb.metadata = nbformat.from_dict({"kernelspec": KERNELSPEC, "language_info": LANGUAGE_INFO})
     for index, cell in enumerate(nb.cells):
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        cell.id = grade_id or f"cell-{index:03d}"
+        cell.id = cells.grade_id(cell) or f"cell-{index:03d}"
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
     nbformat.validate(nb)

@@ -4,6 +4,7 @@ grades.csv and grades-by-cell.csv are written again from every record and the gr
 so a later batch never loses a row, a status or a flag of an earlier one.
 """
 import csv
+import datetime
 import json
 import os
 import pathlib
@@ -98,9 +99,9 @@ SCORES = ("timestamp", "raw_score", "late_submission_penalty", "score")
 
 def write_csvs() -> None:
     """grades.csv: nbgrader's export, one row per student and assignment, plus `status` (graded / not
-    submitted / not gradable, with why), `flags` (reasons to review a submission) and `not_graded_here`
-    (cells this machine could not grade); a row for every upload recorded, also those that never reached
-    the gradebook. An upload that could not be graded has no score, never a 0.
+    submitted / not gradable, with why), `late` (see lateness), `flags` (reasons to review a submission) and
+    `not_graded_here` (cells this machine could not grade); a row for every upload recorded, also those that
+    never reached the gradebook. An upload that could not be graded has no score, never a 0.
     grades-by-cell.csv: one row per graded cell: its points, the first line of the check's message, and
     whether it was graded on the machine that graded it."""
     work = paths.work()
@@ -129,7 +130,7 @@ def _write_grades(path, fields, rows, records) -> None:
             seen.add(key)
             rec = records.get(key)
             try:
-                gb.find_submission(*key)
+                row["late"] = lateness(gb.find_submission(*key))
                 submitted = True
             except MissingEntry:
                 submitted = False
@@ -138,7 +139,7 @@ def _write_grades(path, fields, rows, records) -> None:
                 continue
             _fill(row, rec)
             if rec.get("graded") is None:
-                row.update({k: "" for k in SCORES})
+                row.update({k: "" for k in SCORES + ("late",)})
         max_scores = {a.name: str(a.max_score) for a in gb.assignments}
     for key, rec in records.items():
         if key not in seen:
@@ -147,7 +148,16 @@ def _write_grades(path, fields, rows, records) -> None:
             _fill(row, rec)
             rows.append(row)
     rows.sort(key=lambda row: (row["assignment"], row["student_id"]))
-    _write_csv(path, fields + ["status", "flags", "not_graded_here"], rows)
+    _write_csv(path, fields + ["status", "late", "flags", "not_graded_here"], rows)
+
+
+def lateness(submission) -> str:
+    """How late nbgrader says a submission was: "" without a due date or a timestamp.txt, "no" on time,
+    "yes: H:MM:SS after the due date" (days first where more than one) when late."""
+    if submission.timestamp is None or submission.duedate is None:
+        return ""
+    late = submission.total_seconds_late
+    return f"yes: {datetime.timedelta(seconds=round(late))} after the due date" if late > 0 else "no"
 
 
 def _fill(row: dict, rec: dict) -> None:

@@ -12,6 +12,7 @@ and every name they quote goes through `shown` (no terminal escapes, no line bre
 """
 import datetime
 import errno
+import functools
 import json
 import os
 import pathlib
@@ -70,6 +71,43 @@ def _owner(notebook_name: str) -> str | None:
     return None
 
 
+def _grade_ids(nb) -> set:
+    """The grade ids of a notebook's nbgrader cells."""
+    return {str(cell.metadata["nbgrader"]["grade_id"]) for cell in nb.cells
+            if isinstance(cell.metadata.get("nbgrader"), dict) and "grade_id" in cell.metadata["nbgrader"]}
+
+
+@functools.cache
+def _solution_grade_ids(path: pathlib.Path, mtime_ns: int) -> frozenset:
+    return frozenset(_grade_ids(nbformat.read(path, as_version=4)))
+
+
+def course_grade_ids() -> dict:
+    """(assignment, notebook name) -> the grade ids of that notebook's nbgrader cells, as its solution holds
+    them (solutions/<a>/<name>.ipynb; a notebook not built yet is left out)."""
+    found = {}
+    for a in paths.assignments():
+        for name in paths.notebook_names(a):
+            path = paths.SOLUTIONS / a / f"{name}.ipynb"
+            try:
+                found[(a, name)] = _solution_grade_ids(path, path.stat().st_mtime_ns)
+            except (OSError, ValueError):
+                continue
+    return found
+
+
+def holds_another(nb, assignment: str, name: str) -> tuple | None:
+    """(assignment, notebook name) of the course notebook whose graded cells a handed-in notebook holds,
+    where that is another notebook than `name` of `assignment` (saved under this one's name); else None.
+    The notebook sharing the most grade ids wins; a tie goes to the name it was handed in under."""
+    ids, known = _grade_ids(nb), course_grade_ids()
+    if (assignment, name) not in known:  # nothing to compare with
+        return None
+    shared = {key: len(ids & theirs) for key, theirs in known.items()}
+    best = max(shared, key=shared.get)
+    return best if shared[best] > shared[(assignment, name)] else None
+
+
 def _open_inside(root: pathlib.Path, parts) -> int:
     """A descriptor of root/parts[0]/.../parts[-1] for reading. No symbolic link is followed at any of
     `parts` (OSError ELOOP where one is a link), and a FIFO does not block the open."""
@@ -117,8 +155,9 @@ def _schema_place(e) -> str:
     return "its structure"
 
 
-def _read_problem(path: pathlib.Path) -> str | None:
-    """None if path is a readable nbgrader notebook, else what is wrong with it (never what it holds)."""
+def _read_problem(path: pathlib.Path, assignment: str) -> str | None:
+    """None if path is a readable nbgrader notebook of `assignment`, named after the notebook it holds;
+    else what is wrong with it (never what it holds)."""
     name = shown(path.name)
     try:
         data, _ = read_handed_in(path)
@@ -143,6 +182,10 @@ def _read_problem(path: pathlib.Path) -> str | None:
         return f"{name} is not a valid notebook ({type(e).__name__}): not graded"
     if not any("nbgrader" in cell.metadata for cell in nb.cells):
         return f"{name} has no nbgrader cells (was it saved over with another notebook?): not graded"
+    other = holds_another(nb, assignment, path.stem)
+    if other:
+        return (f"{name} holds the notebook {other[1]}.ipynb of {other[0]} (its graded cells are that notebook's), "
+                f"not {name} of {assignment}: not graded (hand it in as {other[0]}/{other[1]}.ipynb)")
     return None
 
 
@@ -213,7 +256,7 @@ def _scan_assignment(student: str, a_dir: pathlib.Path) -> Submission:
             where = f"a notebook of {owner}, not of {a_dir.name}" if owner else f"not a notebook of {a_dir.name}"
             sub.problems.append(f"{shown(f.name)} is {where} (expected {', '.join(e + '.ipynb' for e in expected)}): "
                                 f"ignored")
-        elif problem := _read_problem(f):
+        elif problem := _read_problem(f, a_dir.name):
             sub.problems.append(problem)
         else:
             sub.notebooks.append(f)

@@ -9,13 +9,10 @@ written into the test cells as outputs (an error output for a failure), which nb
 SaveAutoGrades then scores as usual. Cells without nbgrader metadata (plots, or cells a learner
 added) are not run when grading.
 
-Roles: a solution cell is an "answer" (worker only); a grade cell is a "test" (checker only); a locked
-cell whose id starts with `check_` is a "selfcheck" (checker only, a failure is flagged, never scored);
-any other locked cell is "locked" (both: set-up, helpers, constants).
+Each cell's role (answer, test, selfcheck, locked) is defined in cells.py.
 """
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -25,26 +22,7 @@ import nbformat
 from nbconvert.preprocessors import Preprocessor
 from traitlets import Bool, Float
 
-from . import flags, paths
-
-HIDDEN = re.compile(r"BEGIN HIDDEN TESTS")
-# A locked cell whose id starts so is a learner's self-check that no grade may rest on (what ran in the
-# learner's process, such as which kernels launched, is told by that process): the checker runs it and
-# flags a failure.
-SELF_CHECK_PREFIX = "check_"
-
-
-def role(cell) -> str | None:
-    meta = cell.metadata.get("nbgrader", {})
-    if cell.cell_type != "code" or not meta:
-        return None
-    if meta.get("solution"):
-        return "answer"
-    if meta.get("grade"):
-        return "test"
-    if meta.get("locked"):
-        return "selfcheck" if str(meta.get("grade_id", "")).startswith(SELF_CHECK_PREFIX) else "locked"
-    return None
+from . import cells as roles, flags, paths
 
 
 def code_cells(folder, assignment: str, notebook: str) -> list:
@@ -58,7 +36,8 @@ def code_cells(folder, assignment: str, notebook: str) -> list:
 def answer_names(*notebooks: list) -> set:
     """The names the answer cells of these notebooks (the solution's, the release's) define: the only
     answers the tests may use."""
-    return set().union(*(flags.defined_names(c.source) for cells in notebooks for c in cells if role(c) == "answer"))
+    return set().union(*(flags.defined_names(c.source) for cells in notebooks for c in cells
+                         if roles.role(c) == roles.ANSWER))
 
 
 def report_path(student: str, assignment: str, notebook: str):
@@ -71,57 +50,15 @@ class TrustedExecute(Preprocessor):
 
     def preprocess(self, nb, resources):
         info = resources["nbgrader"]
-        cells, review = [], []
-        extra = 0
         released_nb = code_cells(paths.COURSE, info["assignment"], info["notebook"])
-        released = {c.source.strip() for c in released_nb}
+        cells, protected, extra = cells_for_checker(nb, {c.source.strip() for c in released_nb})
+        review = review_answers(cells, protected, extra)
         names = answer_names(released_nb, code_cells(paths.SOLUTIONS, info["assignment"], info["notebook"]))
-        protected = set()
-        for index, cell in enumerate(nb.cells):
-            r = role(cell)
-            if cell.cell_type == "code":
-                cell.outputs, cell.execution_count = [], None
-            if r is None:
-                if cell.cell_type == "code" and cell.source.strip() and cell.source.strip() not in released:
-                    extra += 1
-                continue
-            cell_id = cell.metadata.nbgrader.get("grade_id") or f"cell-{index}"
-            if r == "locked":
-                protected |= flags.defined_names(cell.source)
-            cells.append({"id": cell_id, "role": r, "source": cell.source,
-                          "hidden": bool(HIDDEN.search(cell.source))})
-        for c in cells:
-            if c["role"] == "answer":
-                review += flags.review(c["id"], c["source"], protected)
-        if extra:
-            review.append(f"{extra} code cell(s) added outside the answer cells: not run when graded")
         result = self.check(cells, {"answer_names": sorted(names), "locked_names": sorted(protected)})
         review += result.get("flags", [])
-        verdicts = result.get("verdicts", {})
-        for cell in nb.cells:
-            if role(cell) != "test":
-                continue
-            grade_id = cell.metadata.nbgrader["grade_id"]
-            v = verdicts.get(grade_id, {"passed": False, "printed": "",
-                                        "error": result.get("error") or "this test did not run"})
-            if v.get("printed"):
-                cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=v["printed"]))
-            if not v.get("passed"):
-                # Wrapped: feedback HTML shows a traceback line as it is, cut at the page's edge.
-                text = f"CheckFailed ({grade_id}): {v.get('error')}"
-                lines = [wrapped for line in text.splitlines() for wrapped in textwrap.wrap(line, 110) or [""]]
-                cell.outputs.append(nbformat.v4.new_output(
-                    "error", ename="CheckFailed", evalue=str(v.get("error")), traceback=lines))
-        for cell in nb.cells:
-            err = result.get("answer_errors", {}).get(cell.metadata.get("nbgrader", {}).get("grade_id"))
-            if err and role(cell) == "answer":
-                cell.outputs.append(nbformat.v4.new_output("stream", name="stdout",
-                                                           text=f"When graded, this cell raised {err}\n"))
-        path = report_path(info["student"], info["assignment"], info["notebook"])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # seconds: how long each cell took in the checker, for an instructor sizing a grading run.
-        path.write_text(json.dumps({"flags": review, "printed": result.get("printed", ""),
-                                    "seconds": result.get("seconds", {})}, indent=1))
+        write_verdicts(nb, result)
+        write_answer_errors(nb, result.get("answer_errors", {}))
+        write_report(info, review, result)
         return nb, resources
 
     def check(self, cells, names: dict) -> dict:
@@ -144,3 +81,70 @@ class TrustedExecute(Preprocessor):
                         "flags": [f"the checker failed: {tail[-300:]}"]}
             with open(out) as f:
                 return json.load(f)
+
+
+
+def cells_for_checker(nb, released: set) -> tuple:
+    """(the cells the checker gets, in order, as {id, role, source, hidden}; the names the locked cells
+    define; how many code cells were added outside the release's (`released`: their stripped sources),
+    which are not run). Clears every code cell's outputs: nothing the learner's run printed is graded."""
+    cells, protected, extra = [], set(), 0
+    for index, cell in enumerate(nb.cells):
+        r = roles.role(cell)
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+        if r is None:
+            if cell.cell_type == "code" and cell.source.strip() and cell.source.strip() not in released:
+                extra += 1
+            continue
+        if r == roles.LOCKED:
+            protected |= flags.defined_names(cell.source)
+        cells.append({"id": roles.grade_id(cell) or f"cell-{index}", "role": r, "source": cell.source,
+                      "hidden": roles.has_hidden_tests(cell.source)})
+    return cells, protected, extra
+
+
+def review_answers(cells: list, protected: set, extra: int) -> list:
+    """The instructor's flags on the answer cells (flags.py) and on cells added outside them."""
+    review = [why for c in cells if c["role"] == roles.ANSWER for why in flags.review(c["id"], c["source"], protected)]
+    if extra:
+        review.append(f"{extra} code cell(s) added outside the answer cells: not run when graded")
+    return review
+
+
+def write_verdicts(nb, result: dict) -> None:
+    """Each test cell's verdict as its outputs: what it printed, and an error output for a failure (which
+    nbgrader scores 0). A test the checker did not report on failed."""
+    verdicts = result.get("verdicts", {})
+    for cell in nb.cells:
+        if roles.role(cell) != roles.TEST:
+            continue
+        grade_id = roles.grade_id(cell)
+        v = verdicts.get(grade_id, {"passed": False, "printed": "",
+                                    "error": result.get("error") or "this test did not run"})
+        if v.get("printed"):
+            cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=v["printed"]))
+        if not v.get("passed"):
+            # Wrapped: feedback HTML shows a traceback line as it is, cut at the page's edge.
+            text = f"CheckFailed ({grade_id}): {v.get('error')}"
+            lines = [wrapped for line in text.splitlines() for wrapped in textwrap.wrap(line, 110) or [""]]
+            cell.outputs.append(nbformat.v4.new_output(
+                "error", ename="CheckFailed", evalue=str(v.get("error")), traceback=lines))
+
+
+def write_answer_errors(nb, answer_errors: dict) -> None:
+    """Under each answer cell that raised in the worker, what it raised."""
+    for cell in nb.cells:
+        err = answer_errors.get(roles.grade_id(cell))
+        if err and roles.role(cell) == roles.ANSWER:
+            cell.outputs.append(nbformat.v4.new_output("stream", name="stdout",
+                                                       text=f"When graded, this cell raised {err}\n"))
+
+
+def write_report(info: dict, review: list, result: dict) -> None:
+    """The notebook's report for the instructor: flags, what the worker printed, seconds per cell."""
+    path = report_path(info["student"], info["assignment"], info["notebook"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # seconds: how long each cell took in the checker, for an instructor sizing a grading run.
+    path.write_text(json.dumps({"flags": review, "printed": result.get("printed", ""),
+                                "seconds": result.get("seconds", {})}, indent=1))

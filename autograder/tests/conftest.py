@@ -1,13 +1,20 @@
 """Shared set-up: every test runs against a temporary grading work folder and ceilings cache,
-never the instructor's autograder/work/."""
+never the instructor's autograder/work/.
+
+The suite's own knobs are pytest options (below), not environment variables; `make test NB=...` and
+`make check-notebook NB=...` pass them. A test is about one notebook (mark `notebook`) when it is
+parametrized by an assignment or by a notebook's path, or is one of NOTEBOOK_WIDE: `-m notebook --nb X`
+runs only notebook X's tests (make check-notebook).
+"""
 import os
 import pathlib
+import re
 import sys
 import tempfile
+import time
 
 _session_tmp = pathlib.Path(tempfile.mkdtemp(prefix="hpcdl-tests-"))
-# HPCDL_TEST_WORK keeps the graded notebooks where a GPU run can report them (gpu_run.sh, no xdist).
-os.environ["HPCDL_WORK"] = os.environ.get("HPCDL_TEST_WORK") or str(_session_tmp / "work")
+os.environ["HPCDL_WORK"] = str(_session_tmp / "work")
 os.environ["HPCDL_CACHE_DIR"] = str(_session_tmp / "cache")
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))  # autograder/, for `benchmarks`
@@ -18,15 +25,98 @@ import contextlib  # noqa: E402
 
 import pytest  # noqa: E402
 
+import selection  # noqa: E402
+
+# Checks of every notebook at once that a one-notebook loop still needs: built from the text, nothing leaked.
+NOTEBOOK_WIDE = ("test_notebooks.py::test_committed_notebooks_are_built_from_their_text",
+                 "test_notebooks.py::test_release_holds_no_solutions_or_hidden_tests")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("hpcdl", "HPC-DL course suite")
+    group.addoption("--nb", default="", metavar="NAMES",
+                    help="grade only these notebooks, comma-separated (default: all); other notebooks' "
+                         "per-notebook tests are deselected")
+    group.addoption("--grade-only", default="", metavar="NAMES",
+                    help="grade only these answer fixtures (the solution and the release are graded too)")
+    group.addoption("--grade-fixtures-only", action="store_true",
+                    help="grade only the answer fixtures, not the solution and release (with "
+                         "-k test_fixture_scores_as_declared: a GPU grades one notebook's fixtures over several calls)")
+    group.addoption("--cheats", default="", metavar="NAMES", help="grade only these cheats of cheats.toml")
+    group.addoption("--work", default="", metavar="DIR",
+                    help="the grading work folder (default: a temporary one); gpu_run.sh reads the graded "
+                         "notebooks from it (no xdist: workers would share it)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "notebook: a test about one notebook (make check-notebook runs only these)")
+    retired = [f"{name} (now {option})" for name, option in selection.RETIRED.items() if os.environ.get(name)]
+    if retired:
+        raise pytest.UsageError(f"these variables are pytest options now: {', '.join(retired)}")
+    if config.getoption("work"):
+        os.environ["HPCDL_WORK"] = str(pathlib.Path(config.getoption("work")).resolve())
+    selection.configure(config.getoption("nb"), config.getoption("grade_only"),
+                        config.getoption("grade_fixtures_only"), config.getoption("cheats"))
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by mark
+def pytest_collection_modifyitems(config, items):
+    named = selection.names(config.getoption("nb"))
+    kept, dropped = [], []
+    for item in items:
+        about = selection.notebook_of(item)
+        if about or item.nodeid.endswith(NOTEBOOK_WIDE):
+            item.add_marker(pytest.mark.notebook)
+        (dropped if about and named and about not in named else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+class Progress:
+    """A stream that passes grade.grade_folder's lines on, and after each `took N s` adds how many
+    submissions are graded and about how long the rest will take (at the mean pace so far)."""
+    STARTED = re.compile(r"^grading .* \((\d+) of (\d+)\) \.\.\.$")
+    TOOK = re.compile(r"^\s+took \d+ s$")
+
+    def __init__(self, out):
+        self.out, self.partial, self.first, self.done, self.total = out, "", None, 0, 0
+
+    def write(self, text):
+        self.out.write(text)
+        self.partial += text
+        *lines, self.partial = self.partial.split("\n")
+        for line in lines:
+            self.line(line)
+        return len(text)
+
+    def line(self, line):
+        started = self.STARTED.match(line)
+        if started:
+            self.first = self.first or time.monotonic()
+            self.done, self.total = int(started[1]) - 1, int(started[2])
+        elif self.TOOK.match(line) and self.first is not None:
+            self.done += 1
+            left = (time.monotonic() - self.first) / self.done * (self.total - self.done)
+            when = f"{left:.0f} s" if left < 90 else f"{left / 60:.0f} min"
+            self.out.write(f"graded {self.done}/{self.total} submissions, about {when} left\n")
+
+    def flush(self):
+        self.out.flush()
+
+    def __getattr__(self, name):  # fileno, isatty, encoding...: the terminal's
+        return getattr(self.out, name)
+
 
 @pytest.fixture(scope="session")
 def on_terminal(pytestconfig):
     """A context in which prints reach the terminal, also from a pytest-xdist worker (through stderr, which the
-    workers share with `make test`): a grading run of several minutes says which submission it is on."""
+    workers share with `make test`): a grading run of several minutes says which submission it is on, how many
+    are done and about how long the rest will take."""
     capman = pytestconfig.pluginmanager.getplugin("capturemanager")
 
     @contextlib.contextmanager
     def shown():
-        with capman.global_and_fixture_disabled(), contextlib.redirect_stdout(sys.stderr):
+        with capman.global_and_fixture_disabled(), contextlib.redirect_stdout(Progress(sys.stderr)):
             yield
     return shown

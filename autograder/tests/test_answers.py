@@ -104,6 +104,30 @@ def test_malformed_fixtures_are_errors(solutions, body, message):
         answers.load(a)
 
 
+WRONG = '[[wrong]]\nname = "bad"\nwhy = "bad"\nfails = ["test_f"]\n[wrong.edits]\nkernel = [{replace = "x + 1", with = "x"}]\n'
+FAILS = 'fails = ["test_f"]'
+
+
+@pytest.mark.parametrize("toml, message", [
+    (WRONG.replace(FAILS, FAILS + '\nfial = ["test_f"]'), "fixture 'bad': unknown key.s. fial"),
+    (WRONG.replace('why = "bad"\n', ""), "fixture 'bad': needs `why`"),
+    (WRONG.replace(FAILS + "\n", ""), r"fixture 'bad': a \[\[wrong\]\] answer needs `fails"),
+    (WRONG.replace(FAILS, "fails = []"), "fixture 'bad': fails no grade cell and lists no `flagged`"),
+    (WRONG.replace(FAILS, 'fails = ["test_f", "test_g"]'), "`fails` names test_g, which is not a grade cell"),
+    (WRONG.replace(FAILS, 'fails = []\nflagged = ["helpers"]'), "`flagged` names helpers, which is not a self-check"),
+    (WRONG.replace(FAILS, 'fails = "test_f"'), "`fails` must be a list"),
+    (WRONG.replace('name = "bad"\n', ""), r"fixture None: a \[\[wrong\]\] entry needs `name"),
+    (WRONG + WRONG, "fixture 'bad': a second fixture of this name"),
+    (WRONG.replace("wrong", "wrongs"), r"unknown table.s. \['wrongs'\]"),
+    (WRONG.replace(FAILS + "\n", "").replace("wrong", "right"), r"no \[\[wrong\]\] answer fails test_f: every grade"),
+    ("[[wrong]\n", "not valid TOML"),
+])
+def test_answers_toml_breaking_a_rule_is_an_error_that_says_what_to_write(solutions, toml, message):
+    a = write_assignment(solutions, toml)
+    with pytest.raises(answers.FixtureError, match=f"^solutions/09_demo/answers.toml.*{message}"):
+        answers.load(a)
+
+
 def test_without_answers_toml_there_are_no_fixtures(solutions):
     (solutions / "09_none").mkdir(parents=True)
     assert answers.load("09_none") == []

@@ -1,7 +1,9 @@
 """The course in a real browser, as a learner meets it: JupyterLab started from the course environment
 on a copy of course/, each notebook opened in Chromium (Playwright), its kernel the course's, the
 solution typed into its answer cells, Run All Cells, and then every graded test cell passed, every
-plot drawn and the roofline explorer answering its slider.
+plot drawn and the roofline explorer answering its slider. Saved and opened again, its pictures are
+still drawn and every link of its text is in the page as written: a reference link opens a new tab, a
+link to a file beside the notebook (the recorded GPU results) opens that file in the lab.
 
 Playwright drives Debian's Chromium (/usr/bin/chromium); no browser is ever downloaded. Without the
 two the test skips, except where CI must run it (CI or HPCDL_REQUIRE_BROWSER=1 set): there it fails.
@@ -32,6 +34,7 @@ from hpcdl import processes
 from hpcdl_course import answers, notebooks, paths
 from leftovers import pids_holding
 from selection import ASSIGNMENTS
+from test_notebooks import is_local, markdown_links
 
 # playwright is imported where it is used: without it this module must still load, to skip or fail saying why.
 
@@ -43,6 +46,7 @@ ARTIFACTS = paths.ROOT / "autograder" / "tests" / "artifacts" / "browser"
 RUN_ALL_TIMEOUT_MS = 15 * 60 * 1000
 PLOT = re.compile(r"hpcdl\.plots\.plot_\w+\(")
 EXPLORER = re.compile(r"hpcdl\.plots\.\w+_explorer\(")
+MIN_PICTURE_WIDTH = 300  # pixels: a drawn figure, not a broken-image icon
 
 
 @dataclass
@@ -168,7 +172,9 @@ def _open_fill_and_run(page, lab, path: str, filled: dict) -> list:
     # ?reset: a fresh workspace, so that this notebook is the only one open.
     page.goto(f"{lab.url}/lab/tree/{path}?reset&token={lab.token}")
     panel = page.locator(".jp-NotebookPanel")
-    expect(panel.locator(".jp-Toolbar-kernelName")).to_have_text(nb.metadata.kernelspec.display_name)
+    # A kernel takes seconds to start on a busy machine: wait as long as for it to go idle.
+    expect(panel.locator(".jp-Toolbar-kernelName")).to_have_text(nb.metadata.kernelspec.display_name,
+                                                                 timeout=120_000)
     expect(panel.locator(".jp-Notebook-ExecutionIndicator")).to_have_attribute("data-status", "idle",
                                                                               timeout=120_000)
     [session] = [s for s in lab.api("sessions") if s["path"] == path]
@@ -241,6 +247,46 @@ def _move_slider(page, cell) -> None:
     expect(text).not_to_have_text(before)
 
 
+def _check_pictures(page, nb, plots) -> None:
+    """Each picture cell shows a figure of a real size, as saved with the notebook."""
+    cells = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell")
+    for i in plots:
+        image = cells.nth(i).locator(".jp-RenderedImage img").last
+        image.scroll_into_view_if_needed()
+        width = image.evaluate("img => img.complete ? img.naturalWidth : 0")
+        assert width >= MIN_PICTURE_WIDTH, f"cell {i} ({nb.cells[i].source.splitlines()[0]!r}): picture {width} px wide"
+
+
+def _check_links(page, lab, path: str, nb) -> None:
+    """Every link of the notebook's text is rendered as a link that opens in a new tab; a link to a file
+    beside the notebook opens that file in a tab of the lab, which serves it (the learner repository's lab
+    serves course/)."""
+    from playwright.sync_api import expect
+
+    wanted = markdown_links(nb)
+    assert wanted, "the notebook's text has no links"
+    # Lab's own anchors beside headings (jp-InternalAnchorLink) are not the notebook's links.
+    anchors = page.locator(".jp-NotebookPanel .jp-MarkdownCell .jp-RenderedMarkdown a[href]"
+                           ":not(.jp-InternalAnchorLink)")
+    shown = anchors.evaluate_all("""links => links.map(a => ({
+        href: a.getAttribute('href'), target: a.getAttribute('target') || '', text: a.innerText.trim()}))""")
+    assert [a["href"] for a in shown if not a["text"] or a["target"] != "_blank"] == [], \
+        "links without text, or that would replace the notebook"
+    hrefs = {a["href"] for a in shown}
+    assert [u for u in wanted if not is_local(u) and u not in hrefs] == [], "links missing from the page"
+    folder = path.rsplit("/", 1)[0]
+    for url in sorted({u for u in wanted if is_local(u)}):
+        served = f"{lab.url}/files/{folder}/{url}"
+        [href] = {h for h in hrefs if h.split("?")[0] == served} or {None}
+        assert href, f"{url} is not rendered as a link to {served}: {sorted(hrefs)}"
+        response = page.request.get(href)
+        assert response.ok and response.body() == (lab.course / folder / url).read_bytes(), f"{href} serves no {url}"
+        anchors.and_(page.locator(f'a[href="{href}"]')).first.click()
+        tabs = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab")
+        expect(tabs.filter(has_text=url.split("/")[-1])).to_have_count(1)
+        tabs.filter(has_text=path.rsplit("/", 1)[-1]).click()  # back to the notebook, for the next link
+
+
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_solution_passes_in_jupyterlab(lab, browser, assignment):
     speed = answers.speed_cells(assignment)
@@ -257,6 +303,7 @@ def test_solution_passes_in_jupyterlab(lab, browser, assignment):
 
             cells = page.locator(".jp-NotebookPanel .jp-Cell")
             plots = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and PLOT.search(cell.source)]
+            assert plots, f"{path} draws no picture"
             assert [i for i in plots if not shown[i]["image"]] == [], f"{path}: plot cells that show no plot"
             if plots:
                 cells.nth(plots[-1]).locator(".jp-RenderedImage img").last.scroll_into_view_if_needed()
@@ -279,6 +326,8 @@ def test_solution_passes_in_jupyterlab(lab, browser, assignment):
             expect(page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell")).to_have_count(len(nb.cells))
             page.wait_for_timeout(3000)
             assert "Error displaying widget" not in page.locator(".jp-NotebookPanel").inner_text()
+            _check_pictures(page, nb, plots)
+            _check_links(page, lab, path, nb)
 
 
 def test_a_wrong_answer_fails_in_jupyterlab(lab, browser):

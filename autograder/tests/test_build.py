@@ -1,22 +1,26 @@
 """hpcdl.build: C++ extensions and MPI programs built in a child process, cached by source.
 
 One extension is built for the whole module (a build takes ~30 s here): a right and a wrong add, a
-function that segfaults, one that throws what C++ code throws (TORCH_CHECK and its kinds, standard
+function that segfaults, one that says which process it runs in, one that throws what C++ code throws (TORCH_CHECK and its kinds, standard
 exceptions), and one released as the C++ stub learners get. Broken sources are chosen
 to fail fast (a missing header stops the compiler at once).
 """
 import os
+import time
+import uuid
 
 import pytest
 import torch
 
 import capabilities
-from leftovers import no_leftovers  # noqa: F401  (a fixture)
-from hpcdl import build, check
+from leftovers import no_leftovers, pids_holding  # noqa: F401  (no_leftovers: a fixture)
+from hpcdl import build, check, isolation
 from hpcdl.build import BuildFailed, CompileError
 from hpcdl.isolation import IsolatedFailure
 
 TOY_CPP = r'''
+#include <unistd.h>
+
 torch::Tensor add_upto(torch::Tensor a, torch::Tensor b, int64_t stop_early) {
     TORCH_CHECK(a.sizes() == b.sizes() && a.dtype() == torch::kFloat32 && b.dtype() == torch::kFloat32,
                 "a and b must be float32 tensors of the same shape");
@@ -34,6 +38,8 @@ torch::Tensor add(torch::Tensor a, torch::Tensor b) { return add_upto(a, b, 0); 
 torch::Tensor add_wrong(torch::Tensor a, torch::Tensor b) { return add_upto(a, b, 1); }  // misses the last
 
 void crash() { *reinterpret_cast<volatile int*>(8) = 1; }
+
+int64_t pid() { return getpid(); }
 
 struct ShapeError : std::exception {
     const char* what() const noexcept override { return "a shape error of the learner's own"; }
@@ -54,7 +60,7 @@ torch::Tensor scale(torch::Tensor a, double factor) {
     throw std::runtime_error("not implemented");
 }
 '''  # scale's body is the stub that hpcdl_course.cpp_stubs releases
-FUNCTIONS = ["add", "add_wrong", "crash", "scale", "throws"]
+FUNCTIONS = ["add", "add_wrong", "crash", "pid", "scale", "throws"]
 FAST = ("-O0",)  # these tests measure nothing: compile as fast as possible
 
 
@@ -92,22 +98,62 @@ def test_released_stub_compiles_and_says_not_implemented(toy):
 
 
 @capabilities.cxx
-def test_isolated_call_returns_the_result_from_a_child(toy):
+def test_isolated_call_returns_the_result_from_a_child(toy, shared_servers):
     a, b = torch.arange(5.0), torch.full((5,), 0.5)
     assert torch.equal(toy.isolated("add")(a, b), a + b)
 
 
+@pytest.fixture
+def fresh_servers(no_leftovers):
+    """No extension process before the test, and none left after it (they carry the test's token)."""
+    isolation.stop_servers()
+    yield
+    isolation.stop_servers()
+
+
+@pytest.fixture(scope="module")
+def shared_servers():
+    """Extension processes shared by several tests (as by a notebook's cells), none left after them."""
+    token = uuid.uuid4().hex
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HPCDL_TEST_TOKEN", token)
+        isolation.stop_servers()
+        yield
+        isolation.stop_servers()
+    deadline = time.monotonic() + 2
+    while pids_holding(token) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pids_holding(token) == []
+
+
 @capabilities.cxx
-def test_segfault_in_an_isolated_call_fails_that_call_only(toy, no_leftovers):
-    with pytest.raises(IsolatedFailure, match=r"toy\.crash\(\) was killed by SIGSEGV"):
+def test_segfault_in_an_isolated_call_fails_that_call_only(toy, fresh_servers):
+    with pytest.raises(IsolatedFailure, match=r"toy\.crash\(\) was killed by SIGSEGV \(Segmentation fault\): a "
+                                              r"read or write of memory it does not own") as failure:
         toy.isolated("crash")()
+    assert "the next call starts a fresh one" in str(failure.value)
     assert torch.equal(toy.add(torch.ones(2), torch.ones(2)), torch.full((2,), 2.0))  # this process lives on
+    assert torch.equal(toy.isolated("add")(torch.ones(2), torch.ones(2)), torch.full((2,), 2.0))  # a fresh one
+
+
+@capabilities.cxx
+def test_isolated_calls_share_one_process_per_extension(toy, fresh_servers):
+    pid = toy.isolated("pid")()
+    assert pid != os.getpid()
+    again = build.extension("toy", TOY_CPP, functions=FUNCTIONS, extra_cflags=FAST)  # a cell run again
+    assert again.isolated("pid")() == toy.isolated("pid")() == pid
+    with pytest.raises(RuntimeError):
+        toy.isolated("throws")(0)
+    assert toy.isolated("pid")() == pid, "an exception does not cost the process"
+    with pytest.raises(IsolatedFailure):
+        toy.isolated("crash")()
+    assert toy.isolated("pid")() not in (pid, os.getpid())
 
 
 @capabilities.cxx
 @pytest.mark.parametrize("kind, expected", [(0, RuntimeError), (1, ValueError), (2, IndexError), (3, TypeError),
                                             (4, ValueError), (5, IndexError), (6, RuntimeError)])
-def test_isolated_call_raises_what_the_call_here_raises(toy, kind, expected, no_leftovers):
+def test_isolated_call_raises_what_the_call_here_raises(toy, kind, expected, shared_servers):
     with pytest.raises(expected) as here:
         toy.throws(kind)
     with pytest.raises(expected) as there:
@@ -118,7 +164,7 @@ def test_isolated_call_raises_what_the_call_here_raises(toy, kind, expected, no_
 
 
 @capabilities.cxx
-def test_check_raises_sees_a_torch_check_through_an_isolated_call(toy):
+def test_check_raises_sees_a_torch_check_through_an_isolated_call(toy, shared_servers):
     a, b = torch.ones(3), torch.ones(4)
     check.raises(toy.isolated("add"), (a, b), RuntimeError, because="for a and b of different shapes")
     with pytest.raises(check.CheckFailed, match="raised RuntimeError for a and b of different shapes; expected "

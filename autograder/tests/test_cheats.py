@@ -15,6 +15,7 @@ from nbgrader.api import Gradebook
 
 import hpcdl
 from hpcdl_course import answers, grade, paths
+import selection
 from selection import ASSIGNMENTS
 
 VICTIMS = ("aaa-honest", "zzz-honest")
@@ -22,10 +23,10 @@ VICTIM_ASSIGNMENT = "01_vector_add"
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cheats"),
               pytest.mark.skipif(VICTIM_ASSIGNMENT not in ASSIGNMENTS, reason=f"NB leaves out {VICTIM_ASSIGNMENT}")]
 HERE = pathlib.Path(__file__).parent
-# HPCDL_CHEATS=name,name grades only those (for a GPU call of ten minutes).
-ONLY = set(filter(None, os.environ.get("HPCDL_CHEATS", "").split(",")))
+# --cheats=name,name grades only those (for a GPU call of ten minutes).
 CHEATS = [c for c in tomllib.loads((HERE / "cheats.toml").read_text())["cheat"]
-          if (hpcdl.ON_GPU or not c.get("gpu")) and c["assignment"] in ASSIGNMENTS and (not ONLY or c["name"] in ONLY)]
+          if (hpcdl.ON_GPU or not c.get("gpu")) and c["assignment"] in ASSIGNMENTS
+          and (not selection.CHEATS or c["name"] in selection.CHEATS)]
 
 
 def _fill(text: str, places: dict) -> str:
@@ -124,9 +125,9 @@ def test_nothing_is_left_running_and_nothing_written_later(graded):
 
 
 def _needs(name):
-    """Skip a test about one cheat when HPCDL_CHEATS left that cheat out."""
+    """Skip a test about one cheat when --cheats left that cheat out."""
     if name not in {c["name"] for c in CHEATS}:
-        pytest.skip(f"{name} is not graded in this run (HPCDL_CHEATS)")
+        pytest.skip(f"{name} is not graded in this run (--cheats)")
 
 
 def test_output_is_capped(graded):

@@ -37,7 +37,7 @@ def test_correct_function_passes(capsys):
 
 
 def test_unwritten_element_is_caught_by_poison():
-    with pytest.raises(CheckFailed, match=r"1 of 97 elements are wrong \(1 are NaN"):
+    with pytest.raises(CheckFailed, match=r"1 of 97 elements are wrong \(1 never written"):
         check.outputs(lambda x: negate(x, skip_last=1), reference, inputs, [((97,), torch.float32)])
 
 
@@ -180,6 +180,93 @@ def test_poison_marks_every_empty_allocation():
         d = torch.empty(6, dtype=torch.int32)
     assert torch.isnan(a).all() and torch.isnan(b).all() and torch.isnan(c).all()
     assert (d.view(torch.uint8) == 0xA5).all()
+    assert check.never_written(a).all() and check.never_written(b).all() and check.never_written(c).all()
+    assert not check.never_written(torch.full((3,), float("nan"))).any()  # a NaN that arithmetic makes
+
+
+def softmax_rows(x):
+    return torch.softmax(x.double(), dim=-1).to(x.dtype)
+
+
+def rows(shape, dtype, generator):
+    return (check.random_tensor(shape, dtype, generator=generator),)
+
+
+def test_nan_computed_by_the_code_is_told_from_never_written():
+    with pytest.raises(CheckFailed, match=r"3 are NaN computed by the code") as failure:
+        check.outputs(lambda x: torch.where(torch.arange(5) < 3, float("nan"), -x), reference, inputs,
+                      [((5,), torch.float32)])
+    assert "never written" not in str(failure.value) and "grid" not in str(failure.value)
+
+
+def test_overflow_gets_a_hint_about_the_maximum_not_the_grid():
+    def big(shape, dtype, generator):
+        return (check.random_tensor(shape, dtype, generator=generator, low=-100, high=100),)
+
+    def no_max(x):
+        e = torch.exp(x)
+        return e / e.sum(-1, keepdim=True)
+    with pytest.raises(CheckFailed, match=r"computed by the code.*exp overflows.*Subtract the row's maximum") as f:
+        check.outputs(no_max, softmax_rows, big, [((4, 50), torch.float32)])
+    assert "grid" not in str(f.value)
+
+
+def test_all_minus_inf_rows_are_named():
+    def with_rows(shape, dtype, generator):
+        x = check.random_tensor(shape, dtype, generator=generator)
+        x[1] = x[4] = float("-inf")
+        return (x,)
+
+    def reference_zeros(x):
+        return torch.nan_to_num(torch.softmax(x.double(), dim=-1), nan=0.0).to(x.dtype)
+    with pytest.raises(CheckFailed, match=r"Rows 1, 4 are -inf throughout"):
+        check.outputs(lambda x: torch.softmax(x, dim=-1), reference_zeros, with_rows, [((6, 9), torch.float32)])
+    with pytest.raises(CheckFailed, match=r"Some rows are -inf throughout") as hidden:
+        check.outputs(lambda x: torch.softmax(x, dim=-1), reference_zeros, with_rows, [((6, 9), torch.float32)],
+                      hidden=True)
+    assert "1, 4" not in str(hidden.value)
+
+
+def test_rows_off_by_a_constant_factor_get_a_hint_about_the_sum():
+    def scaled(x):
+        y = torch.softmax(x, dim=-1)
+        y[2:] *= 1.05
+        return y
+    with pytest.raises(CheckFailed, match=r"In rows 2, 3 \(row 2: x1.05\) every value is its right value times"):
+        check.outputs(scaled, softmax_rows, rows, [((4, 30), torch.float32)])
+
+
+def test_long_float16_rows_of_zeros_fail_as_whole_rows():
+    # each output is about 1/3000, under float16's atol of 1e-3: only the rows' sums show all-zero rows
+    with pytest.raises(CheckFailed, match="rows are wrong as a whole"):
+        check.outputs(lambda x: torch.zeros_like(x), softmax_rows, rows, [((3, 3001), torch.float16)])
+    check.outputs(lambda x: torch.softmax(x.float(), dim=-1).half(), softmax_rows, rows, [((3, 3001), torch.float16)])
+
+
+def test_not_implemented_is_one_line():
+    def stub(x):
+        raise NotImplementedError()
+    with pytest.raises(CheckFailed, match="stub is not written yet") as failure:
+        check.outputs(stub, reference, inputs, CASES)
+    assert failure.value.__cause__ is None and failure.value.__suppress_context__
+    with pytest.raises(CheckFailed, match="not written yet"):
+        check.value(stub, (1,), 2.0)
+
+
+def test_accepts():
+    check.accepts(lambda x: x.clone(), (torch.ones(3, dtype=torch.bfloat16),), because="for bfloat16")
+
+    def refuses(x):
+        raise ValueError("float16 only")
+    with pytest.raises(CheckFailed, match="raised ValueError for bfloat16: it must accept"):
+        check.accepts(refuses, (torch.ones(3, dtype=torch.bfloat16),), because="for bfloat16")
+    with pytest.raises(CheckFailed, match="returned torch.float32"):
+        check.accepts(lambda x: x.float(), (torch.ones(3, dtype=torch.bfloat16),))
+
+
+def test_number_says_its_value_is_checked_by_hidden_tests(capsys):
+    check.number(4, name="NAIVE_READS")
+    assert "Hidden tests check its value" in capsys.readouterr().out
 
 
 def test_render_traceback_is_short():

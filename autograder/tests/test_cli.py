@@ -82,3 +82,17 @@ def test_missing_folder_is_a_clear_error(tmp_path):
 def test_build_check_is_clean(tmp_path):
     proc = run_cli("build", "--check", work=tmp_path)
     assert proc.returncode == 0 and proc.stdout == ""
+
+
+def test_a_due_date_nbgrader_cannot_read_stops_grading_before_the_release(tmp_path, monkeypatch):
+    from hpcdl_course import answers
+
+    a = paths.assignments()[0]
+    answers.write_submission(tmp_path / "submissions", "alice", a, None)
+    (tmp_path / "jupyter").mkdir()
+    (tmp_path / "jupyter" / "nbgrader_config.py").write_text(f"c.HpcdlGrade.due_dates = {{{a!r}: 'soonish'}}\n")
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "jupyter"))
+    proc = run_cli("grade", tmp_path / "submissions", work=tmp_path / "work")
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert f"c.HpcdlGrade.due_dates: 'soonish' ({a}) is not a time nbgrader reads" in proc.stderr
+    assert "releasing" not in proc.stdout and not (tmp_path / "work" / "submitted").exists()

@@ -107,6 +107,22 @@ def test_released_notebooks_are_copied_byte_for_byte(dist):
     assert sorted(files(dist / "hpcdl")) == sorted(files(paths.AUTOGRADER / "hpcdl"))
 
 
+def test_files_the_notebooks_link_to_or_read_are_distributed(dist):
+    """Links in the notebooks' text and files their picture cells read (the recorded GPU results) resolve
+    inside the learner repository's course/, the folder its JupyterLab serves."""
+    link = re.compile(r"\[[^\]]*\]\(([^)\s:#]+)\)")
+    read = re.compile(r"recorded_run\(\"([^\"]+)\"\)")
+    needed = set()
+    for notebook in sorted((dist / "course").glob("*/*.ipynb")):
+        for cell in cell_lines(notebook):
+            prose = re.sub(r"`[^`\n]*`", "", re.sub(r"```.*?```", "", cell, flags=re.S))
+            needed |= {notebook.parent / name for name in link.findall(prose) + read.findall(cell)}
+    assert {p.relative_to(dist).as_posix() for p in needed} >= {f"course/{a}/h200-2026-12-03.json" for a in
+                                                                ("01_vector_add", "03_fused_softmax", "04_fused_mlp")}
+    assert [str(p.relative_to(dist)) for p in sorted(needed) if not p.resolve().is_relative_to(dist / "course")
+            or not p.is_file()] == []
+
+
 def test_hpcdl_imports_from_the_distribution(dist, tmp_path):
     code = f"import sys; sys.path.insert(0, {str(dist)!r}); import hpcdl; print('FILE', hpcdl.__file__)"
     env = {**os.environ, "HPCDL_CACHE_DIR": str(tmp_path / "cache")}

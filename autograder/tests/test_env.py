@@ -183,3 +183,68 @@ def test_xdist_groups_keep_a_notebooks_tests_in_one_worker(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:]
     workers = {p.read_text() for p in tmp_path.glob("where-*")}
     assert len(workers) == 1, f"the grouped tests ran in {sorted(workers)}"
+
+
+def _prefix_with_this_venvs_packages(folder) -> pathlib.Path:
+    """A venv at `folder` that imports this venv's packages (a .pth file) and has its own sys.prefix, so that
+    what env/learner-lab.sh writes there (sys_prefix level) leaves this venv alone."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    python = folder / "bin" / "python"
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    import sysconfig
+    pathlib.Path(site, "hpcdl-course-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    for name in ("jupyter", "jupyter-labextension", "jupyter-server"):
+        script = (pathlib.Path(sys.executable).parent / name).read_text().split("\n", 1)[1]
+        (folder / "bin" / name).write_text(f"#!{python}\n{script}")
+        (folder / "bin" / name).chmod(0o755)
+    # What installing nbgrader writes there: its server extensions, all enabled (jupyter server extension
+    # enable/disable refuses an extension that no such file lists).
+    installed = pathlib.Path(sys.prefix) / "etc" / "jupyter" / "jupyter_server_config.d" / "nbgrader.json"
+    (folder / "etc" / "jupyter" / "jupyter_server_config.d").mkdir(parents=True)
+    shutil.copy(installed, folder / "etc" / "jupyter" / "jupyter_server_config.d")
+    return python
+
+
+def _lab_config(prefix) -> tuple:
+    """(disabled lab extensions, locked lab extensions, server extensions enabled) as `prefix`'s
+    configuration files say."""
+    page = prefix / "etc" / "jupyter" / "labconfig" / "page_config.json"
+    config = json.loads(page.read_text()) if page.exists() else {}
+    server = {}  # as Jupyter merges them: the .d folder's files in name order, then jupyter_server_config.json
+    for path in sorted((prefix / "etc" / "jupyter").glob("jupyter_server_config.d/*.json")) + sorted(
+            (prefix / "etc" / "jupyter").glob("jupyter_server_config.json")):
+        server |= json.loads(path.read_text()).get("ServerApp", {}).get("jpserver_extensions", {})
+    on = lambda d: {k for k, v in d.items() if v}  # noqa: E731
+    return on(config.get("disabledExtensions", {})), on(config.get("lockedExtensions", {})), server
+
+
+def test_only_the_learner_repository_locks_the_instructor_tools(tmp_path):
+    """env/learner-lab.sh, as env/setup.sh runs it: in a learner distribution (.hpcdl-learner-dist at its root)
+    nbgrader's formgrader, create-assignment and course-list are disabled and locked; in the instructor's
+    repository they are enabled and unlocked, also in an environment an earlier learner set-up locked."""
+    python = _prefix_with_this_venvs_packages(tmp_path / "venv")
+    tools = {"@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment", "@jupyter/nbgrader:course-list"}
+    servers = {"nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list"}
+    env = {**os.environ, "JUPYTER_PATH": str(pathlib.Path(sys.prefix) / "share" / "jupyter")}
+    env.pop("JUPYTER_CONFIG_DIR", None)
+    ours = _lab_config(pathlib.Path(sys.prefix))
+    for role in ("learner", "instructor"):
+        repo = tmp_path / role
+        shutil.copytree(ENV, repo / "env")
+        if role == "learner":
+            (repo / ".hpcdl-learner-dist").write_text("a learner distribution\n")
+        proc = subprocess.run(["bash", str(repo / "env" / "learner-lab.sh"), str(python)], capture_output=True,
+                              text=True, env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        assert f"{role} lab:" in proc.stdout
+        overrides = tmp_path / "venv" / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+        assert json.loads(overrides.read_text()) == json.loads((ENV / "lab-overrides.json").read_text())
+        disabled, locked, server = _lab_config(tmp_path / "venv")
+        if role == "learner":
+            assert tools <= disabled and tools <= locked, (disabled, locked)
+            assert all(server.get(s) is False for s in servers), server
+        else:  # the same environment, set up again from the instructor's repository
+            assert not tools & disabled and not tools & locked, (disabled, locked)
+            assert all(server.get(s) is True for s in servers), server
+    assert _lab_config(pathlib.Path(sys.prefix)) == ours  # this venv's own configuration is left alone

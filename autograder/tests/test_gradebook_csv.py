@@ -135,7 +135,7 @@ def test_cell_csv_adds_up_to_the_gradebook(runs):
         assert got == pytest.approx(float(by_key(done[3][1])[key]["raw_score"])), key
     assert {r["cell"] for r in cells if r["student"] == "alice"} == set(answers.grade_cells(QUICK))
     dave = {r["cell"]: r for r in cells if r["student"] == "dave"}
-    assert dave["test_odd_sizes"]["message"].startswith("not answered yet")
+    assert "NotImplementedError" in dave["test_odd_sizes"]["message"]  # the release's stub: its first line
     assert "\n" not in "".join(r["message"] for r in cells)
     assert all(r["message"] == "" for r in cells if r["student"] == "alice")  # full marks: nothing to say
     # The run's summary: how many passed each graded cell.
@@ -205,3 +205,49 @@ def test_make_grade_passes_assignment():
     proc = subprocess.run(["make", "-n", "grade", "SUBMISSIONS=x", f"ASSIGNMENT={QUICK}"], capture_output=True,
                           text=True, cwd=paths.REPO)
     assert f"grade x --assignment {QUICK}" in proc.stdout
+
+
+def _due_config(folder, due: dict):
+    """A Jupyter configuration folder whose nbgrader_config.py sets these due dates (nbgrader reads it beside
+    autograder/nbgrader_config.py, as it would read ~/.jupyter/nbgrader_config.py)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "nbgrader_config.py").write_text(f"c.HpcdlGrade.due_dates = {due!r}\n")
+    return folder
+
+
+def test_due_dates_come_from_the_configuration_and_are_checked(tmp_path, monkeypatch):
+    from hpcdl_course import grade
+
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(_due_config(tmp_path / "a", {QUICK: "2025-01-01 09:00 UTC"})))
+    assert grade.due_dates() == {QUICK: "2025-01-01 09:00 UTC"}
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(_due_config(tmp_path / "b", {QUICK: "next tuesday-ish"})))
+    with pytest.raises(grade.GradingSetupError, match="is not a time nbgrader reads"):
+        grade.due_dates()
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(_due_config(tmp_path / "c", {"99_nope": "2025-01-01 09:00 UTC"})))
+    with pytest.raises(grade.GradingSetupError, match="which is no assignment"):
+        grade.due_dates()
+
+
+def test_a_late_submission_is_recorded_late(tmp_path, on_terminal):
+    """A due date set in the configuration reaches the gradebook: nbgrader marks the upload whose
+    timestamp.txt is later as late, and grades.csv says by how much."""
+    folder, work = tmp_path / "submissions", tmp_path / "work"
+    for student, stamp in (("early", "2025-01-01 08:00:00 UTC"), ("late", "2025-01-02 10:30:00 UTC")):
+        answers.write_submission(folder, student, QUICK, None)
+        (folder / student / QUICK / "timestamp.txt").write_text(stamp + "\n")
+    config = _due_config(tmp_path / "jupyter", {QUICK: "2025-01-01 09:00:00 UTC"})
+    env = {**os.environ, "HPCDL_WORK": str(work), "JUPYTER_CONFIG_DIR": str(config)}
+    with on_terminal():
+        print("late submission: grading 2 submissions ...", flush=True)
+        proc = subprocess.run([sys.executable, "-m", "hpcdl_course", "grade", str(folder)], env=env,
+                              capture_output=True, text=True, timeout=1800, cwd=paths.ROOT)
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+    assert "due 2025-01-01 09:00:00 UTC (c.HpcdlGrade.due_dates)" in proc.stdout
+    with Gradebook(f"sqlite:///{work / 'gradebook.db'}") as gb:
+        assert str(gb.find_assignment(QUICK).duedate) == "2025-01-01 09:00:00"
+        assert gb.find_submission(QUICK, "early").total_seconds_late == 0
+        assert gb.find_submission(QUICK, "late").total_seconds_late == 25.5 * 3600
+    rows = by_key(read_csv(work / "grades.csv"))
+    assert rows[("early", QUICK)]["late"] == "no"
+    assert rows[("late", QUICK)]["late"] == "yes: 1 day, 1:30:00 after the due date"
+    assert rows[("late", QUICK)]["duedate"].startswith("2025-01-01 09:00:00")

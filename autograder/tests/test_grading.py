@@ -6,7 +6,6 @@ cell from the gradebook.
 """
 import html
 import json
-import os
 import re
 
 import nbformat
@@ -15,21 +14,19 @@ from nbgrader.api import Gradebook
 
 import hpcdl
 from hpcdl_course import answers, grade, paths
+import selection
 from selection import ASSIGNMENTS, grouped
 
 pytestmark = pytest.mark.slow
 CRASH = "crash"
 
 
-# HPCDL_GRADE_ONLY=name,name limits the fixtures graded (for a short GPU run); the solution and the
-# untouched release are always graded, unless HPCDL_GRADE_FIXTURES_ONLY=1 (then select only
+# --grade-only=name,name limits the fixtures graded (for a short GPU run); the solution and the
+# untouched release are always graded, unless --grade-fixtures-only (then select only
 # test_fixture_scores_as_declared: a GPU grades an assignment's fixtures over several calls).
-ONLY = set(filter(None, os.environ.get("HPCDL_GRADE_ONLY", "").split(",")))
-FIXTURES_ONLY = os.environ.get("HPCDL_GRADE_FIXTURES_ONLY") == "1"
-
-
 def fixtures(assignment):
-    return [f for f in answers.load(assignment) if not ONLY or f.name in ONLY]
+    return [f for f in answers.load(assignment) if (not selection.GRADE_ONLY or f.name in selection.GRADE_ONLY)
+            and not (hpcdl.ON_GPU and f.cpu_only)]
 
 
 def student(assignment, name):
@@ -50,12 +47,12 @@ def graded(request, tmp_path_factory):
 
 
 def _grade(a, folder):
-    if not FIXTURES_ONLY:
+    if not selection.GRADE_FIXTURES_ONLY:
         answers.write_submission(folder, student(a, "solution"), a, {})
         answers.write_submission(folder, student(a, "release"), a, None)
     for f in fixtures(a):
         answers.write_submission(folder, student(a, f.name), a, f.cells)
-    if a == paths.assignments()[0] and not FIXTURES_ONLY:
+    if a == paths.assignments()[0] and not selection.GRADE_FIXTURES_ONLY:
         solution_cells = next(f for f in answers.load(a) if not f.right).cells
         answers.write_submission(folder, CRASH, a, {cell: "import os\nos._exit(1)" for cell in solution_cells})
     results = {(r.student, r.assignment): r for r in grade.grade_folder(folder, [a])}

@@ -58,6 +58,34 @@ def test_every_interpreted_launch_is_guarded():
         unmasked_kernel[(4,)](x, out, BLOCK=256)
 
 
+@triton.jit
+def masked_store_only_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets) * 2, mask=offsets < n)
+
+
+@triton.jit
+def sum_without_other_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    tl.store(out_ptr, tl.sum(tl.load(x_ptr + offsets, mask=offsets < n), axis=0))
+
+
+@pytest.mark.skipif(hpcdl.ON_GPU, reason="loads are watched in the CPU interpreter only")
+def test_a_load_past_the_end_is_reported_though_never_stored():
+    x, out = torch.rand(1000), torch.empty(1000)
+    with pytest.raises(OutOfBounds, match="read up to 24 elements past the end of `x_ptr`") as failure:
+        masked_store_only_kernel[(4,)](x, out, 1000, BLOCK=256)
+    assert "out_ptr" not in str(failure.value)
+    masked_store_only_kernel[(4,)](torch.rand(1024), torch.empty(1024), 1024, BLOCK=256)  # in bounds: no report
+
+
+@pytest.mark.skipif(hpcdl.ON_GPU, reason="the interpreter's masked-off lanes")
+def test_masked_off_lanes_loaded_without_other_are_nan():
+    out = torch.zeros(1)
+    sum_without_other_kernel[(1,)](torch.rand(100), out, 100, BLOCK=128)
+    assert torch.isnan(out).all()
+
+
 def test_watch_counts_and_skips_launches():
     x, out = torch.rand(300, device=hpcdl.DEVICE), torch.full((300,), -1.0, device=hpcdl.DEVICE)
     with watch(scale_kernel) as log:

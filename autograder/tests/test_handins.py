@@ -389,3 +389,29 @@ def test_names_cannot_forge_rows_of_the_table(graded):
                for line in lines)
     markup = next(line for line in lines if line.startswith("markup "))
     assert "notes\\x1b]0;pwned\\x07\\r\\nzzz  forged row.txt is not a notebook: ignored" in markup
+
+
+def test_another_assignments_notebook_under_this_ones_name_is_named_and_not_graded(tmp_path, monkeypatch):
+    first, last = paths.assignments()[0], paths.assignments()[-1]
+    theirs, ours = paths.notebook_names(first)[0], paths.notebook_names(last)[0]
+    folder = tmp_path / "submissions"
+    (folder / "mixed-up" / last).mkdir(parents=True)
+    nbformat.write(answers.submission(first, theirs, {}), folder / "mixed-up" / last / f"{ours}.ipynb")
+    answers.write_submission(folder, "right", last, {})
+    found = {s.student: s for s in submissions.scan(folder)}
+    assert found["right"].problems == [] and len(found["right"].notebooks) == len(paths.notebook_names(last))
+    mixed = found["mixed-up"]
+    assert mixed.notebooks == []
+    assert mixed.problems[0] == (f"{ours}.ipynb holds the notebook {theirs}.ipynb of {first} (its graded cells are "
+                                 f"that notebook's), not {ours}.ipynb of {last}: not graded (hand it in as "
+                                 f"{first}/{theirs}.ipynb)")
+    # Graded alone, nothing of it is released or autograded: its row says why, with no score.
+    work = tmp_path / "work"
+    (folder / "right").rename(tmp_path / "right-aside")
+    monkeypatch.setenv("HPCDL_WORK", str(work))
+    results = grade.grade_folder(folder, [last])
+    assert [(r.student, r.graded) for r in results] == [("mixed-up", False)]
+    assert not (work / "autograded").exists()
+    row = next(csv.DictReader((work / "grades.csv").open()))
+    assert row["status"].startswith(f"not gradable: {ours}.ipynb holds the notebook {theirs}.ipynb of {first}")
+    assert row["score"] == ""

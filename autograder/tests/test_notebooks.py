@@ -110,3 +110,57 @@ def test_fixtures_name_real_cells(assignment):
     for f in answers.load(assignment):
         assert set(f.cells) <= nb_ids, f.name
         assert f.fails <= set(answers.grade_cells(assignment)), f.name
+
+
+# Teaching material: what a learner reads beside the exercises (pictures, references, files it links to).
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+PICTURE = re.compile(r"hpcdl\.plots\.plot_\w+\(")
+REFERENCE = re.compile(r"^https://(triton-lang\.org|arxiv\.org|doi\.org|docs\.pytorch\.org)/")
+
+
+def markdown_links(nb) -> list:
+    """The targets of the markdown links in nb's text, code blocks and code spans left out."""
+    def prose(source):
+        return re.sub(r"`[^`\n]*`", "", re.sub(r"```.*?```", "", source, flags=re.S))
+
+    return [url for cell in nb.cells if cell.cell_type == "markdown" for url in LINK.findall(prose(cell.source))]
+
+
+def is_local(url: str) -> bool:
+    return not re.match(r"^[a-z]+:", url) and not url.startswith("#")
+
+
+@pytest.mark.parametrize("path", SOURCE_NOTEBOOKS, ids=lambda p: str(p.relative_to(paths.ROOT)))
+def test_teaching_material(path):
+    """An estimated time at the top, references to read, and at least one picture drawn by a plain cell."""
+    nb = nbformat.read(path, as_version=4)
+    assert "**Estimated time:**" in nb.cells[0].source
+    links = markdown_links(nb)
+    assert any(REFERENCE.match(url) for url in links), "no link to the Triton or torch reference or a paper"
+    assert [url for url in links if not is_local(url) and not url.startswith("https://")] == []
+    pictures = [c for c in nb.cells if c.cell_type == "code" and "nbgrader" not in c.metadata
+                and PICTURE.search(c.source)]
+    assert pictures, "no cell draws a picture (hpcdl.plots.plot_*)"
+
+
+@pytest.mark.parametrize("path", ALL_NOTEBOOKS, ids=lambda p: str(p.relative_to(paths.ROOT)))
+def test_local_links_and_files_stay_beside_the_notebook(path):
+    """A link or a file a notebook reads must lie in its own folder: release copies that folder, the learner
+    repository has no autograder/, and its JupyterLab serves course/ only."""
+    nb = nbformat.read(path, as_version=4)
+    local = [url for url in markdown_links(nb) if is_local(url)]
+    assert [url for url in local if ".." in url or url.startswith("/")] == []
+    assert [url for url in local if not (path.parent / url.split("#")[0]).is_file()] == []
+    read = [name for c in nb.cells if c.cell_type == "code"
+            for name in re.findall(r"recorded_run\(\"([^\"]+)\"\)", c.source)]
+    assert [name for name in read if not (path.parent / name).is_file()] == []
+    assert [c.source for c in nb.cells if "autograder/" in c.source] == []
+
+
+def test_recorded_results_beside_notebooks_are_copies_of_the_benchmark_results():
+    results = paths.AUTOGRADER / "benchmarks" / "results"
+    copies = sorted(paths.SOLUTIONS.glob("*/h200-*.json"))
+    assert copies, "notebooks 01, 03 and 04 read the H200 results stored beside them"
+    for copy in copies:
+        sources = [f for f in results.glob(f"*/{copy.name}") if f.read_bytes() == copy.read_bytes()]
+        assert sources, f"{copy.relative_to(paths.ROOT)} is no copy of a file in {results.relative_to(paths.ROOT)}"

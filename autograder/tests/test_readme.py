@@ -4,6 +4,7 @@ import re
 
 import pytest
 
+import selection
 from benchmarks import report
 from hpcdl_course import paths
 
@@ -38,3 +39,15 @@ def test_benchmark_thresholds_are_the_notebooks(assignment, graded):
     in_notebook = sorted(float(v) for v in re.findall(r"min_(?:fraction|speedup)=([\d.]+)", source))
     now = report.thresholds_now()
     assert in_notebook == sorted(v for name in graded for v in now[name].values())
+
+
+def test_table_of_variables_lists_every_variable_and_only_those():
+    """Every HPCDL_ variable the tools, the suite, the scripts or the Makefile name is a row of the README's
+    table; the table names no other (the suite's retired variables are options now, see conftest.py)."""
+    table = README[README.index("### Environment variables"):README.index("\n## Tests")]
+    in_table = set(re.findall(r"HPCDL_[A-Z_]+", "\n".join(r for r in table.splitlines() if r.startswith("|"))))
+    folders = ["autograder/hpcdl", "autograder/hpcdl_course", "autograder/tests", "autograder/benchmarks", "env"]
+    files = [f for folder in folders for f in (paths.ROOT / folder).rglob("*") if f.suffix in (".py", ".sh")]
+    files += [paths.ROOT / "Makefile", paths.ROOT / "autograder" / "nbgrader_config.py", paths.ROOT / ".ci" / "run"]
+    in_code = {name for f in files if f.is_file() for name in re.findall(r"HPCDL_[A-Z_]+", f.read_text())}
+    assert in_code - set(selection.RETIRED) == in_table

@@ -218,3 +218,18 @@ def test_stop_does_not_wait_long_for_output_that_a_leftover_process_holds_open(m
             os.killpg(group, 9)  # the sleep, which kept the worker's stderr open
         except ProcessLookupError:
             pass
+
+
+def test_kill_stops_what_the_worker_started_in_sessions_of_their_own(no_leftovers):
+    # MPICH's mpiexec puts ranks in sessions of their own: killing the worker's process group would miss them.
+    w = remote.WorkerProcess([sys.executable, "-c", "import subprocess, time; "
+                              "subprocess.Popen(['setsid', 'sleep', '60']); print('ready', flush=True); time.sleep(60)"])
+    w.start()
+    assert w.proc.stdout.readline().strip() == b"ready"
+    deadline = time.monotonic() + 5
+    while len(w.processes()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker, *below = w.processes()
+    assert worker == w.proc.pid and len(below) == 1, "the worker, then the sleep below it"
+    w.kill()
+    assert w.processes() == []

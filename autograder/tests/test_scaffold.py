@@ -9,7 +9,7 @@ import pytest
 from nbgrader.nbgraderformat import MetadataValidator
 
 import hpcdl
-from hpcdl_course import answers, cli, notebooks, paths, scaffold, trusted_execute
+from hpcdl_course import answers, cells, cli, notebooks, paths, scaffold
 
 # The full headers nbgrader's metadata took before the compact form, as jupytext writes them.
 FULL = {
@@ -90,12 +90,13 @@ def test_scaffold_writes_the_standard_arc_with_compact_headers(scaffolded):
     assert notebooks.build_all(check_only=True) == []
     nb = nbformat.read(folder / "05_int4_packing.ipynb", as_version=4)
     MetadataValidator().validate_nb(nb)
-    meta = [c.metadata["nbgrader"] for c in nb.cells if "nbgrader" in c.metadata]
-    assert len({m["grade_id"] for m in meta}) == len(meta)
-    assert [m["grade_id"] for m in meta if m["solution"]] == ["square"]
-    assert [m["grade_id"] for m in meta if m["grade"]] == ["test_odd_sizes", "test_hidden", "test_speed"]
+    ids = [cells.grade_id(c) for c in nb.cells if cells.meta(c)]
+    assert len(set(ids)) == len(ids)
+    assert [cells.grade_id(c) for c in nb.cells if cells.is_answer(c)] == ["square"]
+    assert [cells.grade_id(c) for c in nb.cells if cells.is_graded(c)] == ["test_odd_sizes", "test_hidden",
+                                                                             "test_speed"]
     assert answers.speed_cells(scaffolded) == {"test_speed"}
-    assert any("### BEGIN HIDDEN TESTS" in c.source for c in nb.cells)
+    assert any(cells.has_hidden_tests(c.source) for c in nb.cells)
 
 
 def test_scaffold_refuses_an_existing_assignment_from_the_command_line(scaffolded, capsys):
@@ -110,23 +111,21 @@ def run_grade_cells(nb, replaced: dict) -> set:
     by `replaced`, markers removed); return the grade cells that raised."""
     namespace, failed = {"__name__": "__main__"}, set()
     for number, cell in enumerate(nb.cells):
-        meta = cell.metadata.get("nbgrader")
-        if cell.cell_type != "code" or not meta:
+        role, grade_id = cells.role(cell), cells.grade_id(cell)
+        if role is None:
             continue
         source = cell.source
-        if meta["solution"]:
-            source = replaced.get(meta["grade_id"], "\n".join(
-                line for line in source.splitlines() if line.strip() not in answers.MARKERS))
+        if role == cells.ANSWER:
+            source = replaced.get(grade_id, cells.without_solution_markers(source))
         filename = f"<cell {number} of {id(replaced)}>"  # Triton reads a kernel's source through linecache
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         try:
             with contextlib.redirect_stdout(io.StringIO()):
                 exec(compile(source, filename, "exec"), namespace)
         except Exception:
-            assert meta["grade"] or meta["grade_id"].startswith(trusted_execute.SELF_CHECK_PREFIX), \
-                f"{meta['grade_id']} is neither a grade cell nor a self-check, yet it failed"
-            if meta["grade"]:
-                failed.add(meta["grade_id"])
+            assert role in (cells.TEST, cells.SELFCHECK), f"{grade_id} is neither a grade cell nor a self-check"
+            if role == cells.TEST:
+                failed.add(grade_id)
     return failed
 
 
@@ -135,7 +134,7 @@ def test_scaffolded_answers_score_as_declared(scaffolded):
     nb = nbformat.read(paths.SOLUTIONS / scaffolded / f"{scaffolded}.ipynb", as_version=4)
     speed = set() if hpcdl.ON_GPU else answers.speed_cells(scaffolded)
     fixtures = answers.load(scaffolded)
-    assert [f.right for f in fixtures] == [True, False]
+    assert [f.right for f in fixtures] == [True, False, False]
     assert run_grade_cells(nb, {}) == speed
     for fixture in fixtures:
         expected = (set() if fixture.right else fixture.fails) | speed

@@ -50,6 +50,10 @@ def seen():
 
 def forget():
     SEEN.clear()
+
+def big_tensors():
+    import gc
+    return sum(1 for o in gc.get_objects() if type(o) is torch.Tensor and o.numel() >= 1 << 18)
 '''
 
 
@@ -81,8 +85,8 @@ def test_an_honest_function_is_timed_and_its_elements_check_out(worker):
 
 def test_elements_are_read_in_row_major_order_of_any_layout(worker):
     sets = [inputs((5, 7)) for _ in range(3)]
-    worker.request({"op": "load_sets", "sets": sets}, what="sets")
-    picked = worker.request({"op": "run_timed", "name": "transposed", "positions": [0, 1, 36]}, what="batch")["picked"]
+    picked = worker.request({"op": "run_timed", "name": "transposed", "sets": sets, "positions": [0, 1, 36]},
+                            what="batch")["picked"]
     expected = [(x + y).t().reshape(-1)[p] for (x, y), p in zip(sets, [0, 1, 1])]
     assert torch.equal(picked, torch.stack(expected).cpu())
 
@@ -103,9 +107,20 @@ def test_a_tensor_subclass_is_refused_as_a_timed_output(worker):
         speed._remote_seconds(remote.RemoteCallable(worker, "lazy"), lambda: inputs((1 << 10,)), torch.add, "lazy", 0.0)
 
 
-def test_no_learner_mode_sees_a_timed_batch_before_the_clock(worker):
+def test_no_learner_mode_sees_a_timed_batch_drawn(worker):
     remote.RemoteCallable(worker, "start_watching")()
     remote.RemoteCallable(worker, "forget")()
     big = [inputs((1 << 18,)) for _ in range(3)]  # past wire.RECIPE_MIN_BYTES: the worker redraws them itself
-    worker.request({"op": "load_sets", "sets": big}, what="sets")
-    assert remote.RemoteCallable(worker, "seen")() == []
+    worker.request({"op": "run_timed", "name": "add", "sets": big, "positions": [0, 1, 2]}, what="batch")
+    seen = remote.RemoteCallable(worker, "seen")()
+    assert seen and not {"uniform_", "rand", "empty", "empty_like"} & set(seen), seen
+
+
+def test_a_timed_batch_exists_in_the_worker_only_once_the_clock_runs(worker):
+    """Inputs arrive with the timed request itself: after the card is woken, before the clock starts, the
+    worker holds no input of a batch for a thread of the learner's to start on."""
+    big = [inputs((1 << 18,)) for _ in range(3)]
+    worker.request({"op": "run_timed", "name": "add", "sets": big, "positions": [0, 1, 2]}, what="batch")
+    assert remote.RemoteCallable(worker, "big_tensors")() >= 6
+    worker.request({"op": "wake", "wake_s": 0}, what="wake")
+    assert remote.RemoteCallable(worker, "big_tensors")() == 0

@@ -20,6 +20,13 @@
 # measurement at the end times PyTorch's own kernels. Without a GPU these run as ordinary CPU code, not in
 # Triton's interpreter, so the roofline you draw there is the CPU's own. The notebook is worth 12 points,
 # and every one of them can be earned on any machine: nothing here is a speed test.
+#
+# **Estimated time:** 1 to 1.5 hours: 20 minutes of reading, 45 minutes for the exercises, 15 minutes to
+# measure and read the roofline.
+#
+# **Reading:** the roofline model comes from S. Williams, A. Waterman and D. Patterson,
+# [*Roofline: an insightful visual performance model for multicore architectures*](https://doi.org/10.1145/1498765.1498785),
+# Communications of the ACM 52(4), 2009.
 
 # %% [locked setup]
 import hpcdl  # first: without a GPU it switches Triton to its CPU interpreter
@@ -61,6 +68,13 @@ import torch
 # only fewer FLOPs or faster arithmetic help. At I* itself both ceilings bind; this course calls it
 # compute-bound.
 #
+# Drawn for the H200 the course was measured on (fp32: B = 4248 GB/s, P = 51.1 TFLOP/s, recorded on
+# 2026-12-03), the roof bends at I* = 12 FLOP/byte. Everything left of the dotted line is memory-bound there.
+
+# %%
+hpcdl.plots.plot_roofline(peak_flops=51.07e12, peak_bandwidth=4248e9, title="NVIDIA H200, fp32 (recorded)");
+
+# %% [markdown]
 # The ceilings here are measured, not copied from a datasheet (`hpcdl.ceilings`). B is the rate of a large
 # device-to-device copy, counting bytes read plus bytes written. P is the rate of a large matrix product,
 # one per dtype: fp32 (with TF32 off), bf16 and fp16 on a GPU; fp32 only on a CPU. The bf16 and fp16 roofs
@@ -178,23 +192,37 @@ for dtype in ("fp32", "bf16", "fp16"):
 # %% [markdown]
 # ## Exercise 4: the five computations on this device
 #
-# Set `BOUND_HERE` to a dict that maps each name in `KERNEL_DTYPES` to `"memory-bound"` or
-# `"compute-bound"`: the verdict for its intensity (your answers to Exercise 1) under its dtype's compute
-# roof, `compute_roof(KERNEL_DTYPES[name])`, and this device's bandwidth, `ceilings.bandwidth`.
+# ```python
+# def bound_here(bandwidth: float, roofs: dict) -> dict
+# ```
 #
-# **Graded** (1 point): a hidden test compares each verdict with the one from the correct intensities and
-# this device's ceilings.
+# - **Inputs:** a device's copy bandwidth in bytes/s, and `roofs`, a dict that maps `"fp32"`, `"bf16"` and
+#   `"fp16"` to that device's compute roof in FLOP/s.
+# - **Output:** a dict that maps each name in `KERNEL_DTYPES` to `"memory-bound"` or `"compute-bound"`:
+#   the verdict for its intensity (your answers to Exercise 1) under its dtype's roof,
+#   `roofs[KERNEL_DTYPES[name]]`, and `bandwidth`.
+#
+# The test below calls it with this device's ceilings (`ceilings.bandwidth`, and `compute_roof` of each
+# dtype) and prints the verdicts here.
+#
+# **Graded** (1 point): a hidden test compares the verdicts with those of your intensities (their values
+# are graded in Exercise 1) under this device's ceilings and under other devices'. When graded, the grader
+# passes its own measurement of this device to your function, so your verdicts and its check rest on the
+# same numbers: ceilings that differ from one measurement to the next (a CPU's ridge point can move past
+# the fp16 GEMV's intensity between two runs) cannot cost you the point.
+
 
 # %% [answer bound_here]
-# BOUND_HERE = {name: "memory-bound" or "compute-bound", for each name in KERNEL_DTYPES}
-### BEGIN SOLUTION
-my_intensities = {"VECTOR_ADD_FP32": VECTOR_ADD_FP32, "MATMUL_FP32_4096": MATMUL_FP32_4096,
-                  "MATMUL_BF16_4096": MATMUL_BF16_4096, "SOFTMAX_ROW_FP32": SOFTMAX_ROW_FP32,
-                  "GEMV_FP16_8192": GEMV_FP16_8192}
-BOUND_HERE = {name: classify(my_intensities[name], compute_roof(dtype), ceilings.bandwidth)
-              for name, dtype in KERNEL_DTYPES.items()}
-print(BOUND_HERE)
-### END SOLUTION
+def bound_here(bandwidth: float, roofs: dict) -> dict:
+    """{name: 'memory-bound' or 'compute-bound'} for each name in KERNEL_DTYPES, under roofs[its dtype]
+    FLOP/s and bandwidth bytes/s."""
+    ### BEGIN SOLUTION
+    intensities = {"VECTOR_ADD_FP32": VECTOR_ADD_FP32, "MATMUL_FP32_4096": MATMUL_FP32_4096,
+                   "MATMUL_BF16_4096": MATMUL_BF16_4096, "SOFTMAX_ROW_FP32": SOFTMAX_ROW_FP32,
+                   "GEMV_FP16_8192": GEMV_FP16_8192}
+    return {name: classify(intensities[name], roofs[dtype], bandwidth) for name, dtype in KERNEL_DTYPES.items()}
+    ### END SOLUTION
+
 
 # %% [markdown]
 # ## Check your work
@@ -251,10 +279,12 @@ hpcdl.check.value(attainable_flops, (1000.0, P, B), 1.0e15)   # compute-bound: P
 hpcdl.check.value(attainable_flops, (1.0e6, P, B), 1.0e15)
 hpcdl.check.raises(attainable_flops, (-1.0, P, B), ValueError, because="for intensity -1")
 hpcdl.check.raises(attainable_flops, (10.0, 0.0, B), ValueError, because="for peak_flops 0")
-hpcdl.check.raises(attainable_flops, (10.0, P, -B), ValueError, because="for a negative peak_bandwidth")
+hpcdl.check.raises(attainable_flops, (10.0, P, -B), ValueError,
+                   because="for a negative peak_bandwidth")
 
 # %% [test test_attainable_hidden 2]
-# Hidden tests: random ceilings, drawn afresh at every run, and more edge cases. They run when your notebook is graded.
+# Hidden tests: random ceilings, drawn afresh at every run, and more edge cases. They run when
+# your notebook is graded.
 ### BEGIN HIDDEN TESTS
 def hidden_attainable_cases(rng, count=300):
     cases = [(0.0, 1.0e14, 2.0e12), (0, 7, 3), (3, 100, 10), (50, 100, 2), (1e-300, 1.0e15, 1.0e12)]
@@ -300,24 +330,79 @@ for intensity, peak, bandwidth, expected in hidden_cases:
 ### END HIDDEN TESTS
 
 # %% [test test_bound_here 1]
-bound_here = answer("BOUND_HERE")
-if not isinstance(bound_here, dict) or set(bound_here) != set(KERNEL_DTYPES):
-    raise hpcdl.CheckFailed(f"BOUND_HERE must be a dict whose keys are exactly {sorted(KERNEL_DTYPES)}")
-odd = {name: label for name, label in bound_here.items() if label not in ("memory-bound", "compute-bound")}
-if odd:
-    raise hpcdl.CheckFailed(f"each value of BOUND_HERE must be 'memory-bound' or 'compute-bound', got {odd}")
+def verdicts_of(bandwidth, roofs):
+    """bound_here(bandwidth, roofs), once it is a dict of one verdict per name of KERNEL_DTYPES."""
+    got = bound_here(bandwidth, roofs)
+    if not isinstance(got, dict) or set(got) != set(KERNEL_DTYPES):
+        raise hpcdl.CheckFailed(f"bound_here must return a dict whose keys are exactly "
+                                f"{sorted(KERNEL_DTYPES)}")
+    odd = {name: label for name,
+           label in got.items() if label not in ("memory-bound", "compute-bound")}
+    if odd:
+        raise hpcdl.CheckFailed(f"each verdict of bound_here must be 'memory-bound' or 'compute-bound', "
+                                f"got {odd}")
+    return got
+
+
+here_roofs = {dtype: compute_roof(dtype) for dtype in ("fp32", "bf16", "fp16")}
+here = verdicts_of(ceilings.bandwidth,
+                   here_roofs)  # graded: the grader's own measurement of this device
+print("on this device:", here)
+example = {"VECTOR_ADD_FP32": "memory-bound", "MATMUL_FP32_4096": "compute-bound",
+           "MATMUL_BF16_4096": "compute-bound", "SOFTMAX_ROW_FP32": "memory-bound",
+           "GEMV_FP16_8192": "memory-bound"}
+got = verdicts_of(B, {"fp32": P, "bf16": P, "fp16": P})
+if got != example:
+    raise hpcdl.CheckFailed(f"bound_here(B, {{every dtype: P}}) (ridge point 250 FLOP/byte) "
+                            f"returned {got}, "
+                            f"expected {example}")
 ### BEGIN HIDDEN TESTS
-def hidden_verdicts():
-    here = hpcdl.ceilings.get()
-    correct = {"VECTOR_ADD_FP32": 1 / 12, "MATMUL_FP32_4096": 4096 / 6, "MATMUL_BF16_4096": 4096 / 3,
-               "SOFTMAX_ROW_FP32": 5 / 8, "GEMV_FP16_8192": 8192 / 8194}
-    return {name: "memory-bound" if correct[name] < here.flops.get(dtype, here.flops["fp32"]) / here.bandwidth
-            else "compute-bound" for name, dtype in KERNEL_DTYPES.items()}
+def your_intensities():
+    """Your answers to Exercise 1, which bound_here classifies (their values are graded there, not here)."""
+    mine = {name: answer(name) for name in KERNEL_DTYPES}
+    if not all(type(v) in (int, float) and math.isfinite(v) and v > 0 for v in mine.values()):
+        raise hpcdl.CheckFailed("bound_here is checked with your answers to Exercise 1: give each a positive number")
+    return mine
 
 
-n_wrong = sum(bound_here[name] != verdict for name, verdict in hidden_verdicts().items())
+def expected_verdicts(bandwidth, roofs):
+    """The verdicts of your intensities. One within 1e-3 of its ridge point may go either way (rounding), so
+    it is left out."""
+    ridges = {name: roofs[dtype] / bandwidth for name, dtype in KERNEL_DTYPES.items()}
+    return {name: "memory-bound" if mine[name] < ridges[name] else "compute-bound"
+            for name in KERNEL_DTYPES if abs(mine[name] / ridges[name] - 1) > 1e-3}
+
+
+def wrong_verdicts(bandwidth, roofs):
+    try:
+        got = verdicts_of(bandwidth, roofs)
+    except hpcdl.CheckFailed:
+        return len(KERNEL_DTYPES)
+    except Exception:
+        raise hpcdl.CheckFailed("bound_here raised an exception under a hidden set of ceilings") from None
+    return sum(got[name] != verdict for name, verdict in expected_verdicts(bandwidth, roofs).items())
+
+
+def other_devices(rng, count=20):
+    """Ceilings that put each ridge point between two of the five intensities, then random ones."""
+    cases = [(1.0e12, {"fp32": 0.7e12, "bf16": 2.0e15, "fp16": 0.9e12}),
+             (2.0e12, {"fp32": 1.0e12, "bf16": 2.0e14, "fp16": 3.0e12})]
+    for _ in range(count):
+        bandwidth = 10 ** rng.uniform(9, 13)
+        cases.append((bandwidth, {d: bandwidth * 10 ** rng.uniform(-2, 4) for d in ("fp32", "bf16", "fp16")}))
+    return cases
+
+
+mine = your_intensities()
+n_wrong = sum(here[name] != verdict for name, verdict in expected_verdicts(ceilings.bandwidth, here_roofs).items())
 if n_wrong:
-    raise hpcdl.CheckFailed(f"BOUND_HERE: {n_wrong} of {len(KERNEL_DTYPES)} verdicts are wrong on this device")
+    raise hpcdl.CheckFailed(f"bound_here: {n_wrong} of {len(KERNEL_DTYPES)} verdicts are wrong under this device's "
+                            "ceilings")
+others = other_devices(random.Random(hpcdl.check.new_seed()))
+n_wrong = sum(wrong_verdicts(bandwidth, roofs) > 0 for bandwidth, roofs in others)
+if n_wrong:
+    raise hpcdl.CheckFailed(f"bound_here: wrong verdicts under {n_wrong} of {len(others)} hidden sets of other "
+                            "devices' ceilings")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -330,7 +415,8 @@ if n_wrong:
 # the attainable FLOP/s at its intensity, from your `attainable_flops`, and your `classify`'s verdict.
 #
 # The fp32 matmul is measured in full fp32: the cell turns TF32 off
-# (`torch.backends.cuda.matmul.allow_tf32 = False`, also PyTorch's default), as for the fp32 ceiling. With
+# ([`torch.backends.cuda.matmul.allow_tf32`](https://docs.pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices)
+# `= False`, also PyTorch's default), as for the fp32 ceiling. With
 # TF32 on, a GPU runs fp32 matmuls on its tensor cores, several times faster, with 10-bit mantissas.
 #
 # On a GPU each time is the median of many runs, with the L2 cache flushed between runs. On a CPU it is a

@@ -21,6 +21,14 @@
 #
 # Run the cells from the top. On a laptop (no CUDA GPU) your kernels run in Triton's CPU interpreter:
 # correctness is checked exactly there, but speed is graded only on a GPU.
+#
+# **Estimated time:** 3 to 4 hours: 20 minutes for the accounting, 1 hour for `softmax`, 1.5 to 2 hours
+# for `online_softmax`, 20 minutes to measure and read the plot. Notebook 01's section "When a check
+# fails" shows how to print values inside a kernel.
+#
+# **Reading:** the online softmax is due to M. Milakov and N. Gimelshein,
+# [*Online normalizer calculation for softmax*](https://arxiv.org/abs/1805.02867), 2018; FlashAttention
+# builds on it.
 
 # %% [locked setup]
 import hpcdl  # first: without a GPU it switches Triton to its CPU interpreter
@@ -116,7 +124,11 @@ BEST_SPEEDUP = (NAIVE_READS + NAIVE_WRITES) / (FUSED_READS + FUSED_WRITES)
 # covers the row, and a mask switches off the lanes past its end. Load those lanes as `-inf`
 # (`other=float("-inf")`): they then change neither the maximum nor the sum, since `exp(-inf) = 0`. Convert
 # the row to float32 before any arithmetic (`.to(tl.float32)`), and the result back to the output's dtype
-# (`out_ptr.dtype.element_ty`) when storing it.
+# (`out_ptr.dtype.element_ty`) when storing it. New here: the reductions
+# [`tl.max`](https://triton-lang.org/main/python-api/generated/triton.language.max.html) and
+# [`tl.sum`](https://triton-lang.org/main/python-api/generated/triton.language.sum.html) (`axis=0` reduces a vector to one
+# number), [`tl.exp`](https://triton-lang.org/main/python-api/generated/triton.language.exp.html), and the `other=` argument of
+# [`tl.load`](https://triton-lang.org/main/python-api/generated/triton.language.load.html).
 #
 # - **Input:** `x`, a 2-D tensor of float32, float16 or bfloat16, of any shape with at least one row and
 #   one column. It may be a view whose rows are not adjacent: a column slice `big[:, 3:40]`, whose row
@@ -186,10 +198,25 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
 # over the row then writes `exp(x - m) / s`. (You may instead keep a maximum and a sum per lane, vectors of
 # `BLOCK` values, and combine the lanes at the end: the same idea, with the same trap.)
 #
+# The picture walks a row of 24 values in blocks of 8. Block 0 sets `m` (red, top) and `s` (green,
+# bottom). Block 1 holds a larger value, so `m` jumps: the old `s`, summed against the old maximum, is
+# multiplied by `exp(m_old - m_new)` and shrinks to the orange part before block 1's terms are added.
+# Block 2 does not raise `m`: its factor is 1. After the last block, `s` equals the whole row's sum
+# (dashed line), though no block ever saw the whole row.
+
+# %%
+picture_row = (2 * torch.randn(24, generator=torch.Generator().manual_seed(3))).tolist()
+picture_row[13] = 6.0  # a new maximum in block 1
+hpcdl.plots.plot_online_softmax(picture_row, block=8);
+
+# %% [markdown]
 # **The trap: `-inf`.** Masked lanes are loaded as `-inf`, and real data holds `-inf` too: attention masks
 # write it for positions a token may not see. While every value seen is `-inf`, `m_new` is `-inf` and
 # `b - m_new` is `-inf - (-inf)`, which is NaN; one NaN makes the sum, and the whole row, NaN. Where
-# `m_new` is `-inf`, subtract 0 instead (`tl.where`): every term is then `exp(-inf) = 0`, as it should be.
+# `m_new` is `-inf`, subtract 0 instead ([`tl.where`](https://triton-lang.org/main/python-api/generated/triton.language.where.html)):
+# every term is then `exp(-inf) = 0`, as it should be.
+# ([`tl.maximum`](https://triton-lang.org/main/python-api/generated/triton.language.maximum.html) takes the larger of two
+# values element by element; `tl.max` reduces one vector.)
 #
 # **Rows that are entirely `-inf`** have no softmax: `torch.softmax` returns NaN for them. Here they must
 # return **zeros**, so that a fully masked row contributes nothing downstream instead of spreading NaN.
@@ -306,12 +333,23 @@ def large_matrix(shape, dtype, generator):
 def column_slice(shape, dtype, generator):
     """Columns 3 .. 3 + cols - 1 of a wider matrix: the row stride is cols + 10."""
     rows, cols = shape
-    return (hpcdl.check.random_tensor((rows, cols + 10), dtype, generator=generator)[:, 3:3 + cols],)
+    wide = hpcdl.check.random_tensor((rows, cols + 10), dtype, generator=generator)
+    return (wide[:, 3:3 + cols],)
 
 
 def every_other_row(shape, dtype, generator):
     rows, cols = shape
     return (hpcdl.check.random_tensor((2 * rows, cols), dtype, generator=generator)[::2],)
+
+
+def peaked(shape, dtype, generator):
+    """One 0 per row, at a random column; the rest in [-14, -13). The row's sum is 1 plus thousands
+    of terms near 1.4e-6: a float16 running sum near 1 (spacing 0.001) drops every block's share."""
+    rows, cols = shape
+    x = hpcdl.check.random_tensor(shape, torch.float32, generator=generator, low=-14.0, high=-13.0)
+    peak = hpcdl.check.random_tensor((rows, 1), torch.float32, generator=generator, low=0,
+                                     high=cols).long()
+    return (x.scatter(1, peak, 0.0).to(dtype),)
 
 
 def transposed(shape, dtype, generator):
@@ -330,8 +368,10 @@ def with_minus_inf(shape, dtype, generator):
     throughout. Then TEST_BLOCK."""
     rows, cols = shape
     (x,) = matrix(shape, dtype, generator)
-    first_finite = hpcdl.check.random_tensor((rows, 1), torch.float32, generator=generator, low=0, high=cols).floor()
-    scattered = hpcdl.check.random_tensor(shape, torch.float32, generator=generator, low=0, high=1) < 0.2
+    first_finite = hpcdl.check.random_tensor((rows, 1), torch.float32, generator=generator, low=0,
+                                             high=cols).floor()
+    scattered = hpcdl.check.random_tensor(shape, torch.float32, generator=generator, low=0,
+                                          high=1) < 0.2
     col = torch.arange(cols, device=DEVICE)
     minus_inf = (col < first_finite) | (scattered & (col != first_finite))
     minus_inf |= (torch.arange(rows, device=DEVICE) % 5 == 2)[:, None]
@@ -340,7 +380,8 @@ def with_minus_inf(shape, dtype, generator):
 
 def random_shapes(count, max_rows, max_cols, rng, min_rows=1):
     """`count` shapes with min_rows..max_rows rows and an odd number of columns in 3..max_cols."""
-    return [(rng.randint(min_rows, max_rows), 2 * rng.randint(1, (max_cols - 1) // 2) + 1) for _ in range(count)]
+    return [(rng.randint(min_rows, max_rows), 2 * rng.randint(1, (max_cols - 1) // 2) + 1)
+            for _ in range(count)]
 
 
 def speed_matrix(rows, cols):
@@ -349,7 +390,8 @@ def speed_matrix(rows, cols):
     would let a sum wrong by several percent pass the check of the timed outputs."""
     def make():
         generator = hpcdl.check.generator(hpcdl.check.new_seed())
-        return (hpcdl.check.random_tensor((rows, cols), torch.float32, generator=generator, low=-20.0, high=20.0),)
+        return (hpcdl.check.random_tensor((rows, cols), torch.float32, generator=generator, low=-20.0,
+                                          high=20.0),)
     return make
 
 
@@ -385,36 +427,46 @@ hpcdl.check.close_to(BEST_SPEEDUP, 4, name="BEST_SPEEDUP", rel=1e-3, hidden=True
 
 # %% [test test_softmax 5]
 odd_shapes = [((1, 1), torch.float32), ((3, 7), torch.float32), ((37, 1000), torch.float32),
-              ((5, 4099), torch.float32), ((65, 333), torch.float16)]
+              ((5, 4099), torch.float32), ((65, 333), torch.float16), ((3, 4099), torch.float16)]
 hpcdl.check.outputs(softmax, softmax_reference, matrix, odd_shapes, kernels=[softmax_kernel])
-hpcdl.check.outputs(softmax, softmax_reference, large_matrix, [((9, 500), torch.float16), ((7, 300), torch.float32)],
+hpcdl.check.outputs(softmax, softmax_reference, large_matrix,
+                    [((9, 500), torch.float16), ((7, 300), torch.float32)],
                     kernels=[softmax_kernel], name="softmax (large values)")
+hpcdl.check.outputs(softmax, softmax_reference, peaked, [((2, 16385), torch.float16)],
+                    kernels=[softmax_kernel],
+                    name="softmax (a peak and a long tail)")
 
 # %% [test test_softmax_layouts 1]
-hpcdl.check.outputs(softmax, softmax_reference, column_slice, [((33, 77), torch.float32)], kernels=[softmax_kernel],
+hpcdl.check.outputs(softmax, softmax_reference, column_slice, [((33, 77), torch.float32)],
+                    kernels=[softmax_kernel],
                     name="softmax (a column slice)")
 hpcdl.check.outputs(softmax, softmax_reference, every_other_row, [((20, 129), torch.float16)],
                     kernels=[softmax_kernel], name="softmax (every other row)")
-hpcdl.check.outputs(softmax, softmax_reference, transposed, [((31, 45), torch.float32)], kernels=[softmax_kernel],
+hpcdl.check.outputs(softmax, softmax_reference, transposed, [((31, 45), torch.float32)],
+                    kernels=[softmax_kernel],
                     name="softmax (a transpose)")
 
 # %% [test test_errors 1]
 for fn in (softmax, online_softmax):
-    hpcdl.check.outputs(fn, softmax_reference, matrix, [((3, 4), torch.float32)], name=f"{fn.__name__} (valid inputs)")
+    hpcdl.check.outputs(fn, softmax_reference, matrix, [((3, 4), torch.float32)],
+                        name=f"{fn.__name__} (valid inputs)")
     hpcdl.check.raises(fn, (torch.rand(10, device=DEVICE),), ValueError, because="for a 1-D tensor")
-    hpcdl.check.raises(fn, (torch.rand(2, 3, 4, device=DEVICE),), ValueError, because="for a 3-D tensor")
+    hpcdl.check.raises(fn, (torch.rand(2, 3, 4, device=DEVICE),), ValueError,
+                       because="for a 3-D tensor")
     hpcdl.check.raises(fn, (torch.ones(3, 4, dtype=torch.int32, device=DEVICE),), ValueError,
                        because="for an int32 tensor")
     hpcdl.check.raises(fn, (torch.rand(3, 4, dtype=torch.float64, device=DEVICE),), ValueError,
                        because="for a float64 tensor")
 
 # %% [locked check_softmax_kernel_used]
-# Self-check, not graded: the result must come from your kernel. The grader cannot see what code ran in
-# your process, so when graded a failure here is reported to your instructor instead of costing points.
+# Self-check, not graded: the result must come from your kernel. The grader cannot see what code
+# ran in your process, so when graded a failure here is reported to your instructor instead of
+# costing points.
 hpcdl.check.kernel_used(softmax, softmax_kernel, matrix, softmax_reference, (33, 77), torch.float32)
 
 # %% [test test_softmax_hidden 2]
-# Hidden tests: fresh random shapes and data, layouts and large values. They run when your notebook is graded.
+# Hidden tests: fresh random shapes and data, layouts and large values. They run when your
+# notebook is graded.
 ### BEGIN HIDDEN TESTS
 def hidden_softmax_cases(rng):
     max_rows, max_cols = (3000, 20000) if hpcdl.ON_GPU else (200, 3000)
@@ -429,6 +481,8 @@ for make in (large_matrix, column_slice, every_other_row):
     hpcdl.check.outputs(softmax, softmax_reference, make,
                         [(random_shapes(1, 50, 700, hidden_rng)[0], dtype) for dtype in hpcdl.check.FLOAT_DTYPES],
                         kernels=[softmax_kernel], hidden=True)
+if not hpcdl.ON_GPU:  # the interpreter's bfloat16 arithmetic is wrong: only check that bfloat16 is accepted
+    hpcdl.check.accepts(softmax, matrix((5, 9), torch.bfloat16, hpcdl.check.generator(7)), hidden=True)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -437,32 +491,47 @@ for make in (large_matrix, column_slice, every_other_row):
 # These tests pass `block=TEST_BLOCK` (64), so rows of a few hundred columns already span several blocks.
 
 # %% [test test_online 3]
-lengths = [((5, 37), torch.float32), ((4, 64), torch.float32), ((3, 65), torch.float32), ((6, 200), torch.float32),
+lengths = [((5, 37), torch.float32), ((4, 64), torch.float32), ((3, 65), torch.float32),
+           ((6, 200), torch.float32),
            ((2, 4099), torch.float32), ((3, 333), torch.float16)]
-hpcdl.check.outputs(online_softmax, softmax_reference, with_block(matrix), lengths, kernels=[online_softmax_kernel])
-hpcdl.check.outputs(online_softmax, softmax_reference, with_block(column_slice), [((4, 300), torch.float32)],
+hpcdl.check.outputs(online_softmax, softmax_reference, with_block(matrix), lengths,
+                    kernels=[online_softmax_kernel])
+hpcdl.check.outputs(online_softmax, softmax_reference, with_block(column_slice),
+                    [((4, 300), torch.float32)],
                     kernels=[online_softmax_kernel], name="online_softmax (a column slice)")
 hpcdl.check.outputs(online_softmax, softmax_reference, matrix, [((3, 1000), torch.float32)],
                     kernels=[online_softmax_kernel], name="online_softmax (its default block)")
+hpcdl.check.outputs(online_softmax, softmax_reference, with_block(transposed),
+                    [((5, 150), torch.float32)],
+                    kernels=[online_softmax_kernel], name="online_softmax (a transpose)")
+hpcdl.check.outputs(online_softmax, softmax_reference, with_block(peaked),
+                    [((2, 16385), torch.float16)],
+                    kernels=[online_softmax_kernel], name="online_softmax (a peak and a long tail)")
 
 # %% [test test_online_edge_cases 2]
-hpcdl.check.outputs(online_softmax, softmax_reference, with_block(matrix), [((7, 1), torch.float32)],
+hpcdl.check.outputs(online_softmax, softmax_reference, with_block(matrix),
+                    [((7, 1), torch.float32)],
                     kernels=[online_softmax_kernel], name="online_softmax (rows of length 1)")
-minus_inf_shapes = [((16, 300), torch.float32), ((8, 150), torch.float16)]
+minus_inf_shapes = [((16, 300), torch.float32), ((8, 150), torch.float16),
+                    ((11, 37), torch.float32)]
 hpcdl.check.outputs(online_softmax, softmax_reference, with_minus_inf, minus_inf_shapes,
-                    kernels=[online_softmax_kernel], name="online_softmax (-inf entries; every fifth row all -inf)")
+                    kernels=[online_softmax_kernel],
+                    name="online_softmax (-inf entries; every fifth row all -inf)")
 hpcdl.check.outputs(online_softmax, softmax_reference, with_block(large_matrix),
                     [((5, 300), torch.float16), ((4, 200), torch.float32)],
                     kernels=[online_softmax_kernel], name="online_softmax (large values)")
 
 # %% [locked check_online_kernel_used]
-# Self-check, not graded: the result must come from your kernel. The grader cannot see what code ran in
-# your process, so when graded a failure here is reported to your instructor instead of costing points.
-hpcdl.check.kernel_used(online_softmax, online_softmax_kernel, with_block(matrix), softmax_reference, (5, 200),
+# Self-check, not graded: the result must come from your kernel. The grader cannot see what code
+# ran in your process, so when graded a failure here is reported to your instructor instead of
+# costing points.
+hpcdl.check.kernel_used(online_softmax, online_softmax_kernel, with_block(matrix),
+                        softmax_reference, (5, 200),
                         torch.float32)
 
 # %% [test test_online_hidden 2]
-# Hidden tests: fresh random shapes and data, -inf and large values. They run when your notebook is graded.
+# Hidden tests: fresh random shapes and data, -inf and large values. They run when your notebook
+# is graded.
 ### BEGIN HIDDEN TESTS
 def hidden_online_cases(rng, count, min_rows=1):
     max_rows, max_cols = (300, 20000) if hpcdl.ON_GPU else (12, 1500)
@@ -474,7 +543,9 @@ hidden_rng = random.Random(hpcdl.check.new_seed())
 hidden_cases = hidden_online_cases(hidden_rng, 4) + [((3, hidden_rng.randrange(3, TEST_BLOCK, 2)), torch.float32)]
 hpcdl.check.outputs(online_softmax, softmax_reference, with_block(matrix), hidden_cases,
                     kernels=[online_softmax_kernel], hidden=True)
-hpcdl.check.outputs(online_softmax, softmax_reference, with_minus_inf, hidden_online_cases(hidden_rng, 2, min_rows=3),
+short_minus_inf = [((8, hidden_rng.randrange(3, TEST_BLOCK, 2)), torch.float32)]
+hidden_minus_inf = hidden_online_cases(hidden_rng, 2, min_rows=3) + short_minus_inf
+hpcdl.check.outputs(online_softmax, softmax_reference, with_minus_inf, hidden_minus_inf,
                     kernels=[online_softmax_kernel], hidden=True)
 hpcdl.check.outputs(online_softmax, softmax_reference, with_block(large_matrix), hidden_online_cases(hidden_rng, 2),
                     kernels=[online_softmax_kernel], hidden=True)
@@ -490,10 +561,13 @@ if hpcdl.ON_GPU:  # rows several times longer than the default block
 # of an H200) and changes its shape, from 262144 rows of 256 columns to 256 rows of 262144 columns. Each
 # version is charged the same bytes, one read and one write of the matrix (`8` bytes per element), so
 # the plot compares times at equal work; the gray line is this card's copy bandwidth. It times
-# `naive_softmax`, `torch.softmax`, `torch.compile(naive_softmax)` (a GPU only: it generates its own fused
-# Triton kernels, and compiling takes a few seconds per shape), your `softmax` and your `online_softmax`.
+# `naive_softmax`, [`torch.softmax`](https://docs.pytorch.org/docs/stable/generated/torch.softmax.html),
+# [`torch.compile`](https://docs.pytorch.org/docs/stable/generated/torch.compile.html)`(naive_softmax)` (a GPU
+# only: it generates its own fused Triton kernels, and compiling takes a few seconds per shape), your
+# `softmax` and your `online_softmax`.
 #
-# On the CPU interpreter the sweep stays small and its numbers only show how slow interpretation is.
+# On the CPU interpreter the sweep stays small and its numbers only show how slow interpretation is. The
+# cell after it draws the same sweep as recorded on an H200 with the reference solutions.
 
 # %%
 from tqdm.auto import tqdm
@@ -528,6 +602,14 @@ for label, gbps in sweep.items():
 figure = hpcdl.plots.plot_bandwidth(row_lengths, sweep, ceiling_gbps=ceilings.bandwidth / 1e9,
                                     title=f"float32 softmax, {total} elements")
 figure.axes[0].set_xlabel("row length (columns); rows = elements / row length");
+
+# %%
+recorded = hpcdl.plots.recorded_run("h200-2026-12-03.json")
+h200_cols, h200_sweep = hpcdl.plots.recorded_sweep(recorded["sweep"], x="cols", skip=("rows",))
+figure = hpcdl.plots.plot_bandwidth(h200_cols, h200_sweep, ceiling_gbps=recorded["copy_gbps"],
+                                    title=f"{recorded['gpu']}, recorded {recorded['date'][:10]}\n"
+                                          "float32 softmax, 2**26 elements, reference solutions")
+figure.axes[0].set_xlabel("row length (columns)");
 
 # %% [markdown]
 # ### Reading the plot
@@ -577,11 +659,14 @@ figure.axes[0].set_xlabel("row length (columns); rows = elements / row length");
 #
 # The reference solutions, timed by the grader on an H200: `softmax` at 8192 × 8192 reached 86-97% of the
 # copy bandwidth and 1.81-2.01 times `torch.softmax`; `online_softmax` 1.31-1.38 times `torch.softmax` and
-# 3.21-3.42 times `naive_softmax` (`autograder/benchmarks/results/h200-2026-12-03-grader-clock.log`).
+# 3.21-3.42 times `naive_softmax` (the course's grading log of 2026-12-03). The same kernels timed with
+# `do_bench`, and the sweep above on an H200, are in [`h200-2026-12-03.json`](h200-2026-12-03.json) beside
+# this notebook.
 
 # %% [test test_speed_softmax 3]
 matrix_bytes = 2 * 8192 * 8192 * 4
-hpcdl.speed.bandwidth_fraction(softmax, speed_matrix(8192, 8192), bytes_moved=matrix_bytes, min_fraction=0.75,
+hpcdl.speed.bandwidth_fraction(softmax, speed_matrix(8192, 8192), bytes_moved=matrix_bytes,
+                               min_fraction=0.75,
                                name="softmax at 8192 x 8192 float32", reference=softmax_reference)
 hpcdl.speed.speedup(softmax, torch_softmax, speed_matrix(8192, 8192), min_speedup=1.2,
                     name="softmax at 8192 x 8192 float32", baseline_name="torch.softmax",

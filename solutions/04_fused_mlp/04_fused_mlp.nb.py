@@ -22,6 +22,14 @@
 #
 # Run the cells from the top. On a laptop (no CUDA GPU) your kernels run in Triton's CPU interpreter:
 # correctness is checked exactly there, but speed is graded only on a GPU.
+#
+# **Estimated time:** 4 to 6 hours: 45 minutes for the accounting (Exercise 1), 1 hour for `gelu_tanh` and
+# `bias_gelu`, 2 to 3 hours for `linear_gelu`, 30 minutes for `FusedMLP`, 30 minutes to measure.
+#
+# **Reading:** GeLU is from D. Hendrycks and K. Gimpel,
+# [*Gaussian Error Linear Units (GELUs)*](https://arxiv.org/abs/1606.08415), 2016. Triton's
+# [matrix multiplication tutorial](https://triton-lang.org/main/getting-started/tutorials/03-matrix-multiplication.html)
+# builds a tiled matmul step by step; Exercise 4 asks for more (an epilogue, edges, strides).
 
 # %% [locked setup]
 import hpcdl  # first: without a GPU it switches Triton to its CPU interpreter
@@ -50,7 +58,9 @@ LINEAR_DTYPES = (torch.float16, torch.bfloat16)
 # gelu_tanh(x) = 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3)))
 # ```
 #
-# GPT-2 and many models after it were trained with the tanh form (`nn.GELU(approximate="tanh")`); a kernel
+# GPT-2 and many models after it were trained with the tanh form
+# ([`nn.GELU(approximate="tanh")`](https://docs.pytorch.org/docs/stable/generated/torch.nn.GELU.html)); a
+# kernel
 # for such a model must compute that form, not the exact one. Both are written with PyTorch below, in
 # float64.
 #
@@ -134,7 +144,9 @@ FUSED_TRAFFIC = 2  # read x, write the result
 # %% [markdown]
 # ### 1c. What can fusing the epilogue of a matmul gain?
 #
-# `gelu(x @ w.T + bias)` in eager PyTorch is `torch.addmm` (cuBLAS adds the bias as it writes the M × N
+# `gelu(x @ w.T + bias)` in eager PyTorch is
+# [`torch.addmm`](https://docs.pytorch.org/docs/stable/generated/torch.addmm.html) (cuBLAS adds the bias as
+# it writes the M × N
 # output) and then a GeLU pass that reads the output and writes it again. A fused kernel skips that pass.
 # How much is it worth? Model each kernel with the roofline of notebook 02: its time is the larger of its
 # FLOPs over the peak FLOP rate and its bytes over the bandwidth.
@@ -284,18 +296,22 @@ def bias_gelu(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
 # **Tiles.** A program computes one `BLOCK_M × BLOCK_N` tile of the output: it walks K in steps of
 # `BLOCK_K`, loads a `BLOCK_M × BLOCK_K` block of `x` and a `BLOCK_K × BLOCK_N` block of `weight.T` (element
 # `(k, n)` of `weight.T` is at `w_ptr + n * stride_wn + k * stride_wk`), and adds their product,
-# `tl.dot(a, b)`, to a float32 accumulator. Then the **epilogue**: add the bias to the accumulator, apply
+# [`tl.dot(a, b)`](https://triton-lang.org/main/python-api/generated/triton.language.dot.html), to a float32 accumulator. Then
+# the **epilogue**: add the bias to the accumulator, apply
 # `tl_gelu_tanh`, convert to the output's dtype and store with a mask on the rows and columns.
 #
 # **Edges without masked loads.** A mask on every load of the K loop costs time: on an H200 an earlier
 # version of this notebook's reference, which masked every load, ran at 457 TFLOP/s, and this one at 512
-# (`autograder/benchmarks/results/`). Rows and columns past the edge need no mask: load row `rows % M` and
+# (the course's H200 measurements). Rows and columns past the edge need no mask: load row `rows % M` and
 # column `cols % N` instead, which exist; what they compute lands in rows and columns that are never stored.
 # The K tail does need one: when K is not a multiple of `BLOCK_K`, the last step's lanes past K must load
 # `other=0.0` in both blocks (a zero adds nothing to the sum; both need it, since `0 * NaN` is NaN).
-# `EVEN_K`, computed by `triton.heuristics` from K and the configuration's `BLOCK_K`, is a compile-time
+# `EVEN_K`, computed by [`triton.heuristics`](https://triton-lang.org/main/python-api/generated/triton.heuristics.html)
+# from K and the configuration's `BLOCK_K`, is a compile-time
 # constant: with `if EVEN_K:` the kernel compiled for K = 4096 has no mask at all. Optional: the reference
-# also passes the wrapped indices through `tl.multiple_of` and `tl.max_contiguous`, hints the compiler
+# also passes the wrapped indices through
+# [`tl.multiple_of`](https://triton-lang.org/main/python-api/generated/triton.language.multiple_of.html) and
+# [`tl.max_contiguous`](https://triton-lang.org/main/python-api/generated/triton.language.max_contiguous.html), hints the compiler
 # cannot derive after `%` (479 TFLOP/s without them, 512 with).
 #
 # **Grouped order.** Launch a 1-D grid of `cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)` programs. Programs that run
@@ -306,7 +322,19 @@ def bias_gelu(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
 # its tile column `r // rows_in_group`, where `r` is its rank in the group, `first = group * GROUP_M`, and
 # `rows_in_group = min(GROUP_M, n_tiles_m - first)` (the last group may be short).
 #
-# **Autotuning.** `triton.autotune` times each configuration (tile sizes, `num_warps`, `num_stages`) on the
+# The picture numbers the tiles of a 6 × 6 grid of output tiles in launch order and shades the first 9
+# programs, as if 9 ran at once. Row by row, they cover 2 tile rows and all 6 tile columns: 2 blocks of `x`
+# and 6 of `weight` to read from DRAM into L2. With `GROUP_M = 3` they cover a 3 × 3 square: 3 and 3.
+# With square tiles every block has the same size, so that is a quarter less traffic from DRAM. On an
+# H200 about 132 programs run at once: at the graded shape with 128 × 128 tiles (86 tile columns), row by
+# row they need 2 blocks of `x` and all 86 of `weight`; with `GROUP_M = 8`, 8 and 17.
+
+# %%
+hpcdl.plots.plot_tile_order(n_tiles_m=6, n_tiles_n=6, group_m=3, running=9);
+
+# %% [markdown]
+# **Autotuning.** [`triton.autotune`](https://triton-lang.org/main/python-api/generated/triton.autotune.html) times
+# each configuration (tile sizes, `num_warps`, `num_stages`) on the
 # first call for each `(M, N, K)` and keeps the fastest; the launch grid is then a function of the chosen
 # configuration: `grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)`.
 # **Triton's CPU interpreter cannot time configurations**: with more than one it fails ("0 active drivers").
@@ -508,6 +536,26 @@ def linear_views(shape, dtype, generator):
     return x[::2], weight_t.t(), bias
 
 
+def negative_preactivations(shape, dtype, generator):
+    """As linear_inputs, with weights a tenth as large and a bias in [-3.5, -2.5): every output is
+    GeLU near -3, about -0.004, where its tanh and erf forms differ by 10%."""
+    M, N, K = shape
+    x, weight, _ = linear_inputs(shape, dtype, generator)
+    return x, weight * 0.1, hpcdl.check.random_tensor((N,), dtype, generator=generator, low=-3.5,
+                                                      high=-2.5)
+
+
+def cancelling_sums(shape, dtype, generator):
+    """x = 16 plus a part in [-1, 1), weight rows in [-1, 1) less their mean: every BLOCK_K step
+    adds a partial sum of order 30, yet each output is of order 1. A float16 accumulator (spacing
+    0.03 near 50) is off by several of its rounding steps."""
+    M, N, K = shape
+    x = 16 + hpcdl.check.random_tensor((M, K), torch.float32, generator=generator)
+    weight = hpcdl.check.random_tensor((N, K), torch.float32, generator=generator)
+    bias = hpcdl.check.random_tensor((N,), dtype, generator=generator)
+    return x.to(dtype), (weight - weight.mean(dim=1, keepdim=True)).to(dtype), bias
+
+
 def mlp_weights(d, h, dtype, generator):
     """A state_dict for FusedMLP (fc1, fc2) with nn.Linear's initial range, and nn.Sequential's own."""
     def uniform(shape, fan_in):
@@ -541,7 +589,8 @@ def activations(shape, dtype, generator):
 
 def random_shapes(count, max_rows, max_cols, rng):
     """`count` shapes with 1..max_rows rows and an odd number of columns in 1..max_cols."""
-    return [(rng.randint(1, max_rows), 2 * rng.randint(0, (max_cols - 1) // 2) + 1) for _ in range(count)]
+    return [(rng.randint(1, max_rows),
+             2 * rng.randint(0, (max_cols - 1) // 2) + 1) for _ in range(count)]
 
 
 LINEAR_TEST_DTYPES = [d for d in hpcdl.check.FLOAT_DTYPES if d in LINEAR_DTYPES]
@@ -572,7 +621,8 @@ hpcdl.check.close_to(FUSED_TRAFFIC, 2, name="FUSED_TRAFFIC", rel=1e-6, hidden=Tr
 
 # %% [test test_best_epilogue_speedup 2]
 # compute-bound: the graded shape, float16 on an H200 (4250 GB/s, 660 TFLOP/s)
-hpcdl.check.value(best_epilogue_speedup, (4096, 11008, 4096, 2, 4.25e12, 6.6e14), 1.0758272, rel=1e-6)
+hpcdl.check.value(best_epilogue_speedup, (4096, 11008, 4096, 2, 4.25e12, 6.6e14), 1.0758272,
+                  rel=1e-6)
 # memory-bound: K = 16
 hpcdl.check.value(best_epilogue_speedup, (8192, 8192, 16, 2, 4.25e12, 6.6e14), 2.9922179, rel=1e-6)
 ### BEGIN HIDDEN TESTS
@@ -594,7 +644,8 @@ for _ in range(4):
 # %% [test test_bias_gelu 4]
 odd_shapes = [((1, 1), torch.float32), ((3, 7), torch.float32), ((37, 1000), torch.float32),
               ((5, 4099), torch.float32), ((65, 333), torch.float16)]
-hpcdl.check.outputs(bias_gelu, bias_gelu_reference, matrix_and_bias, odd_shapes, kernels=[bias_gelu_kernel])
+hpcdl.check.outputs(bias_gelu, bias_gelu_reference, matrix_and_bias, odd_shapes,
+                    kernels=[bias_gelu_kernel])
 hpcdl.check.outputs(bias_gelu, bias_gelu_reference, column_slice, [((33, 77), torch.float32)],
                     kernels=[bias_gelu_kernel], name="bias_gelu (a column slice)")
 hpcdl.check.outputs(bias_gelu, bias_gelu_reference, transposed, [((31, 45), torch.float16)],
@@ -607,11 +658,16 @@ hpcdl.check.outputs(bias_gelu, bias_gelu_reference, matrix_and_bias, [((4, 10), 
 hpcdl.check.outputs(linear_gelu, linear_gelu_reference, linear_inputs, [((5, 6, 7), torch.float16)],
                     kernels=[linear_gelu_kernel], name="linear_gelu (valid inputs)")
 for args, because in [((vector, vector), "for a 1-D x"),
-                      ((torch.rand(4, 10, device=DEVICE), torch.rand(4, 10, device=DEVICE)), "for a 2-D bias"),
-                      ((torch.rand(4, 10, device=DEVICE), torch.rand(9, device=DEVICE)), "for a bias of 9 on 10 columns"),
-                      ((torch.rand(4, 10, device=DEVICE, dtype=torch.float64), vector.double()), "for float64"),
-                      ((torch.ones(4, 10, device=DEVICE, dtype=torch.int32), vector.int()), "for int32"),
-                      ((torch.rand(4, 10, device=DEVICE), vector.half()), "for float32 x with a float16 bias")]:
+                      ((torch.rand(4, 10, device=DEVICE), torch.rand(4, 10, device=DEVICE)),
+                       "for a 2-D bias"),
+                      ((torch.rand(4, 10, device=DEVICE), torch.rand(9, device=DEVICE)),
+                       "for a bias of 9 on 10 columns"),
+                      ((torch.rand(4, 10, device=DEVICE, dtype=torch.float64), vector.double()),
+                       "for float64"),
+                      ((torch.ones(4, 10, device=DEVICE, dtype=torch.int32), vector.int()),
+                       "for int32"),
+                      ((torch.rand(4, 10, device=DEVICE), vector.half()),
+                       "for float32 x with a float16 bias")]:
     hpcdl.check.raises(bias_gelu, args, ValueError, because=because)
 x16, w16, b16 = linear_inputs((5, 6, 7), torch.float16, hpcdl.check.generator(1))
 for args, because in [((x16[0], w16, b16), "for a 1-D x"),
@@ -622,12 +678,15 @@ for args, because in [((x16[0], w16, b16), "for a 1-D x"),
     hpcdl.check.raises(linear_gelu, args, ValueError, because=because)
 
 # %% [locked check_bias_gelu_kernel_used]
-# Self-check, not graded: the result must come from your kernel. The grader cannot see what code ran in
-# your process, so when graded a failure here is reported to your instructor instead of costing points.
-hpcdl.check.kernel_used(bias_gelu, bias_gelu_kernel, matrix_and_bias, bias_gelu_reference, (33, 77), torch.float32)
+# Self-check, not graded: the result must come from your kernel. The grader cannot see what code
+# ran in your process, so when graded a failure here is reported to your instructor instead of
+# costing points.
+hpcdl.check.kernel_used(bias_gelu, bias_gelu_kernel, matrix_and_bias, bias_gelu_reference,
+                        (33, 77), torch.float32)
 
 # %% [test test_bias_gelu_hidden 2]
-# Hidden tests: fresh random shapes, dtypes and data, and views. They run when your notebook is graded.
+# Hidden tests: fresh random shapes, dtypes and data, and views. They run when your notebook is
+# graded.
 ### BEGIN HIDDEN TESTS
 hidden_rng = random.Random(hpcdl.check.new_seed())
 max_rows, max_cols = (3000, 20000) if hpcdl.ON_GPU else (200, 3000)
@@ -648,20 +707,37 @@ for make in (column_slice, transposed):
 # Shapes are `(M, N, K)`. On a CPU they stay below 70: the interpreter's `tl.dot` is slow.
 
 # %% [test test_linear_gelu 4]
-linear_shapes = [((1, 1, 1), torch.float16), ((3, 5, 7), torch.float16), ((37, 19, 65), torch.float16),
+linear_shapes = [((1, 1, 1), torch.float16), ((3, 5, 7), torch.float16),
+                 ((37, 19, 65), torch.float16),
                  ((65, 47, 33), torch.float16), ((16, 64, 32), torch.float16)]
-hpcdl.check.outputs(linear_gelu, linear_gelu_reference, linear_inputs, linear_shapes, kernels=[linear_gelu_kernel])
-hpcdl.check.outputs(linear_gelu, linear_gelu_reference, linear_views, [((21, 35, 43), torch.float16)],
-                    kernels=[linear_gelu_kernel], name="linear_gelu (every other row of x, a transposed weight)")
+hpcdl.check.outputs(linear_gelu, linear_gelu_reference, linear_inputs, linear_shapes,
+                    kernels=[linear_gelu_kernel])
+hpcdl.check.outputs(linear_gelu, linear_gelu_reference, linear_views,
+                    [((21, 35, 43), torch.float16)],
+                    kernels=[linear_gelu_kernel],
+                    name="linear_gelu (every other row of x, a transposed weight)")
+hpcdl.check.outputs(linear_gelu, linear_gelu_reference, negative_preactivations,
+                    [((19, 37, 41), torch.float16)],
+                    kernels=[linear_gelu_kernel], name="linear_gelu (pre-activations near -3)")
+hpcdl.check.outputs(linear_gelu, linear_gelu_reference, cancelling_sums,
+                    [((17, 33, 63), torch.float16)],
+                    kernels=[linear_gelu_kernel],
+                    name="linear_gelu (partial sums far larger than the result)")
 if hpcdl.ON_GPU:
     hpcdl.check.outputs(linear_gelu, linear_gelu_reference, linear_inputs,
                         [((1000, 777, 515), torch.float16), ((300, 1001, 257), torch.bfloat16)],
                         kernels=[linear_gelu_kernel], name="linear_gelu (larger shapes)")
+else:  # the interpreter's bfloat16 tl.dot is wrong: here bfloat16 is only checked to be accepted
+    hpcdl.check.accepts(linear_gelu,
+                        linear_inputs((5, 6, 7), torch.bfloat16, hpcdl.check.generator(3)),
+                        because="for bfloat16 inputs")
 
 # %% [locked check_linear_gelu_kernel_used]
-# Self-check, not graded: the result must come from your kernel. The grader cannot see what code ran in
-# your process, so when graded a failure here is reported to your instructor instead of costing points.
-hpcdl.check.kernel_used(linear_gelu, linear_gelu_kernel, linear_inputs, linear_gelu_reference, (33, 35, 37),
+# Self-check, not graded: the result must come from your kernel. The grader cannot see what code
+# ran in your process, so when graded a failure here is reported to your instructor instead of
+# costing points.
+hpcdl.check.kernel_used(linear_gelu, linear_gelu_kernel, linear_inputs, linear_gelu_reference,
+                        (33, 35, 37),
                         torch.float16)
 
 # %% [test test_linear_gelu_hidden 2]
@@ -677,14 +753,22 @@ view_cases = [((hidden_rng.randint(1, limit), hidden_rng.randint(1, limit), hidd
               for dtype in LINEAR_TEST_DTYPES]
 hpcdl.check.outputs(linear_gelu, linear_gelu_reference, linear_views, view_cases, kernels=[linear_gelu_kernel],
                     hidden=True)
+negative_cases = [((hidden_rng.randint(8, limit), hidden_rng.randint(8, limit), hidden_rng.randint(1, limit)), dtype)
+                  for dtype in LINEAR_TEST_DTYPES]
+hpcdl.check.outputs(linear_gelu, linear_gelu_reference, negative_preactivations, negative_cases,
+                    kernels=[linear_gelu_kernel], hidden=True)
+if not hpcdl.ON_GPU:
+    hpcdl.check.accepts(linear_gelu, linear_inputs((9, 8, 7), torch.bfloat16, hpcdl.check.generator(4)), hidden=True)
 ### END HIDDEN TESTS
 
 # %% [markdown]
 # ### Exercise 5
 
 # %% [test test_fused_mlp 2]
-mlp, mlp_reference = mlp_under_test(37, 70, torch.float16, hpcdl.check.generator(hpcdl.check.new_seed()))
-hpcdl.check.outputs(mlp, mlp_reference, activations, [((9, 37), torch.float16), ((2, 5, 37), torch.float16)],
+mlp, mlp_reference = mlp_under_test(37, 70, torch.float16,
+                                    hpcdl.check.generator(hpcdl.check.new_seed()))
+hpcdl.check.outputs(mlp, mlp_reference, activations,
+                    [((9, 37), torch.float16), ((2, 5, 37), torch.float16)],
                     kernels=[linear_gelu_kernel], name="FusedMLP(37, 70)")
 ### BEGIN HIDDEN TESTS
 hidden_rng = random.Random(hpcdl.check.new_seed())
@@ -694,13 +778,20 @@ for dtype in LINEAR_TEST_DTYPES:
     mlp, mlp_reference = mlp_under_test(d, h, dtype, hpcdl.check.generator(hpcdl.check.new_seed()))
     hpcdl.check.outputs(mlp, mlp_reference, activations, [((hidden_rng.randint(1, limit), d), dtype)],
                         kernels=[linear_gelu_kernel], name="FusedMLP", hidden=True)
+if not hpcdl.ON_GPU:
+    mlp, _ = mlp_under_test(11, 13, torch.bfloat16, hpcdl.check.generator(5))
+    hpcdl.check.accepts(mlp, activations((3, 11), torch.bfloat16, hpcdl.check.generator(6)), name="FusedMLP",
+                        hidden=True)
 ### END HIDDEN TESTS
 
 # %% [locked check_fused_mlp_kernel_used]
-# Self-check, not graded: the result must come from your kernel. The grader cannot see what code ran in
-# your process, so when graded a failure here is reported to your instructor instead of costing points.
-checked_mlp, checked_reference = mlp_under_test(37, 70, torch.float16, hpcdl.check.generator(hpcdl.check.new_seed()))
-hpcdl.check.kernel_used(checked_mlp, linear_gelu_kernel, activations, checked_reference, (9, 37), torch.float16,
+# Self-check, not graded: the result must come from your kernel. The grader cannot see what code
+# ran in your process, so when graded a failure here is reported to your instructor instead of
+# costing points.
+checked_mlp, checked_reference = mlp_under_test(37, 70, torch.float16,
+                                                hpcdl.check.generator(hpcdl.check.new_seed()))
+hpcdl.check.kernel_used(checked_mlp, linear_gelu_kernel, activations, checked_reference, (9, 37),
+                        torch.float16,
                         name="FusedMLP(37, 70)")
 
 # %% [markdown]
@@ -790,8 +881,9 @@ del x, w, b
 #   `gelu(addmm(bias, x, w.T))`, and at least 0.65 times as fast as cuBLAS's matmul alone (which does less
 #   work: no bias, no GeLU).
 #
-# Measured on an H200 (torch 2.11, Triton 3.6; `autograder/benchmarks/results/fused_mlp/`, medians of 5
-# runs): eager `gelu(x + bias)` in float16 moved 1150 GB/s, the reference `bias_gelu` 3870 GB/s (3.4x,
+# Measured on an H200 (torch 2.11, Triton 3.6, medians of 5 runs;
+# [`h200-2026-12-03.json`](h200-2026-12-03.json) beside this notebook): eager `gelu(x + bias)` in float16
+# moved 1150 GB/s, the reference `bias_gelu` 3870 GB/s (3.4x,
 # 91% of the copy bandwidth). At 4096 × 11008 × 4096 eager reached 582 TFLOP/s, cuBLAS's matmul alone 636,
 # `torch.compile` 579 and the reference `linear_gelu` 512 (0.79x eager in its worst run). At this K the
 # fused epilogue can save at most 8% (`best_epilogue_speedup`), and this plain Triton matmul is 20% slower
@@ -807,13 +899,15 @@ del x, w, b
 # %% [locked speed_helpers]
 def speed_bias_gelu_inputs(rows, cols):
     def make():
-        return matrix_and_bias((rows, cols), torch.float16, hpcdl.check.generator(hpcdl.check.new_seed()))
+        return matrix_and_bias((rows, cols), torch.float16,
+                               hpcdl.check.generator(hpcdl.check.new_seed()))
     return make
 
 
 def speed_linear_inputs(M, N, K):
     def make():
-        return linear_inputs((M, N, K), torch.float16, hpcdl.check.generator(hpcdl.check.new_seed()))
+        return linear_inputs((M, N, K), torch.float16,
+                             hpcdl.check.generator(hpcdl.check.new_seed()))
     return make
 
 
@@ -827,18 +921,24 @@ def cublas_matmul_alone(x, weight, bias):
 
 # %% [test test_speed_bias_gelu 2]
 bias_gelu_bytes = 2 * 16384 * 8192 * 2
-hpcdl.speed.bandwidth_fraction(bias_gelu, speed_bias_gelu_inputs(16384, 8192), bytes_moved=bias_gelu_bytes,
+hpcdl.speed.bandwidth_fraction(bias_gelu, speed_bias_gelu_inputs(16384, 8192),
+                               bytes_moved=bias_gelu_bytes,
                                min_fraction=0.75, name="bias_gelu at 16384 x 8192 float16",
                                reference=bias_gelu_reference)
-hpcdl.speed.speedup(bias_gelu, eager_bias_gelu, speed_bias_gelu_inputs(16384, 8192), min_speedup=2.5,
+hpcdl.speed.speedup(bias_gelu, eager_bias_gelu, speed_bias_gelu_inputs(16384, 8192),
+                    min_speedup=2.5,
                     name="bias_gelu at 16384 x 8192 float16", baseline_name="eager gelu(x + bias)",
                     reference=bias_gelu_reference, bytes_moved=bias_gelu_bytes)
 
 # %% [test test_speed_linear_gelu 3]
 linear_bytes = 2 * (4096 * 4096 + 11008 * 4096 + 4096 * 11008)
-hpcdl.speed.speedup(linear_gelu, eager_linear_gelu, speed_linear_inputs(4096, 11008, 4096), min_speedup=0.7,
-                    name="linear_gelu at 4096 x 11008 x 4096 float16", baseline_name="eager gelu(addmm(...))",
+hpcdl.speed.speedup(linear_gelu, eager_linear_gelu, speed_linear_inputs(4096, 11008, 4096),
+                    min_speedup=0.7,
+                    name="linear_gelu at 4096 x 11008 x 4096 float16",
+                    baseline_name="eager gelu(addmm(...))",
                     reference=linear_gelu_reference, bytes_moved=linear_bytes)
-hpcdl.speed.speedup(linear_gelu, cublas_matmul_alone, speed_linear_inputs(4096, 11008, 4096), min_speedup=0.65,
-                    name="linear_gelu at 4096 x 11008 x 4096 float16", baseline_name="cuBLAS matmul alone",
+hpcdl.speed.speedup(linear_gelu, cublas_matmul_alone, speed_linear_inputs(4096, 11008, 4096),
+                    min_speedup=0.65,
+                    name="linear_gelu at 4096 x 11008 x 4096 float16",
+                    baseline_name="cuBLAS matmul alone",
                     reference=linear_gelu_reference, bytes_moved=linear_bytes)

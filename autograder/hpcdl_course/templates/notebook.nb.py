@@ -11,7 +11,9 @@
 #
 # <!-- Scaffolded by `make new-notebook NAME=$name`. Every TODO is yours to write. The exercise,
 # squaring a vector, is a working placeholder with its tests, answers.toml and a speed cell: replace it,
-# keeping the arc, then run `make notebooks`, `make release` and `make test`. -->
+# keeping the arc, then run `make notebooks`, `make release` and `make check-notebook NB=$name` (this
+# notebook's tests alone). Every grade cell needs a wrong answer in answers.toml that fails it, and no
+# hidden-test line may repeat a visible line: README, "Writing a notebook". -->
 #
 # **What you will learn**
 # - TODO: the idea this notebook teaches;
