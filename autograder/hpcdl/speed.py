@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from . import ceilings
+from . import ceilings, wire
 from .check import CheckFailed, compare, generator, new_seed, random_tensor
 from .device import DEVICE, ON_GPU
 from .timing import time_function
@@ -169,8 +169,6 @@ def _remote_seconds(fn, make_args, reference, name, overhead) -> float:
 def _drawing_seconds(sets) -> float:
     """Seconds this process takes to decode a batch's inputs as the worker does (redrawing the large random
     ones on the card), the least of three."""
-    from . import wire
-
     message = wire.encode({"sets": sets}, side="checker")
     best = float("inf")
     for _ in range(3):
@@ -232,17 +230,9 @@ def _copy_speed() -> float:
     """Bytes per second of 40 back-to-back 512 MB copies (about 5 ms on an H200, longer than the slice of time
     the card gives each process that has work on it), the median of three."""
     src = torch.rand(1 << 26, device="cuda")
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    samples = []
-    for _ in range(3):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(40):
-            dst.copy_(src)
-        torch.cuda.synchronize()
-        samples.append(time.perf_counter() - start)
-    return 40 * 8 * src.numel() / statistics.median(samples)
+    copies = [(torch.empty_like(src), src)] * 40
+    copies[0][0].copy_(src)
+    return 8 * src.numel() / statistics.median(_local_batch_seconds(torch.Tensor.copy_, copies) for _ in range(3))
 
 
 def note_idle_card() -> None:
@@ -260,16 +250,13 @@ def _card_is_idle(wait: float) -> bool:
     worker's runs beside its own measurement."""
     for _ in range(3):
         _probe_seconds()  # warm-up: the first launches pay for the context and the kernel's loading
-    end, in_a_row = time.perf_counter() + wait, 0
-    while True:
-        in_a_row = in_a_row + 1 if _probe_seconds() < IDLE_PROBE_SECONDS else 0
-        if in_a_row >= 5 and (_idle_copy is None or _copy_speed() >= BUSY_FRACTION * _idle_copy):
+    end = time.perf_counter() + wait
+    while time.perf_counter() <= end:
+        if all(_probe_seconds() < IDLE_PROBE_SECONDS for _ in range(5)) and (
+                _idle_copy is None or _copy_speed() >= BUSY_FRACTION * _idle_copy):
             return True
-        if in_a_row == 0 or in_a_row >= 5:
-            if time.perf_counter() > end:
-                return False
-            in_a_row = 0
-            time.sleep(0.01)
+        time.sleep(0.01)
+    return False
 
 
 def _pausing_worker(fn):

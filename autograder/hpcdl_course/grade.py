@@ -126,11 +126,19 @@ def grade_folder(folder, assignments=None) -> list:
             result.problems.append("nothing gradable in this submission")
             records.remember(result, when, staged=False)
             continue
+        started = started if done else time.perf_counter()
         done += 1
         grade_one(folder, sub, result, gpu, sandboxing, f"{done} of {total}")
         records.remember(result, when, staged=True)
+        print(progress(done, total, time.perf_counter() - started), flush=True)
     records.write_csvs()
     return results
+
+
+def progress(done: int, total: int, seconds: float) -> str:
+    """How many submissions are graded, and about how long the rest will take at the mean pace so far."""
+    left = seconds / done * (total - done)
+    return f"graded {done}/{total} submissions, about {f'{left:.0f} s' if left < 90 else f'{left / 60:.0f} min'} left"
 
 
 def selected(folder, found: list, wanted: list, asked: bool) -> list:

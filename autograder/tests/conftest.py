@@ -8,10 +8,8 @@ runs only notebook X's tests (make check-notebook).
 """
 import os
 import pathlib
-import re
 import sys
 import tempfile
-import time
 
 _session_tmp = pathlib.Path(tempfile.mkdtemp(prefix="hpcdl-tests-"))
 os.environ["HPCDL_WORK"] = str(_session_tmp / "work")
@@ -73,50 +71,15 @@ def pytest_collection_modifyitems(config, items):
         items[:] = kept
 
 
-class Progress:
-    """A stream that passes grade.grade_folder's lines on, and after each `took N s` adds how many
-    submissions are graded and about how long the rest will take (at the mean pace so far)."""
-    STARTED = re.compile(r"^grading .* \((\d+) of (\d+)\) \.\.\.$")
-    TOOK = re.compile(r"^\s+took \d+ s$")
-
-    def __init__(self, out):
-        self.out, self.partial, self.first, self.done, self.total = out, "", None, 0, 0
-
-    def write(self, text):
-        self.out.write(text)
-        self.partial += text
-        *lines, self.partial = self.partial.split("\n")
-        for line in lines:
-            self.line(line)
-        return len(text)
-
-    def line(self, line):
-        started = self.STARTED.match(line)
-        if started:
-            self.first = self.first or time.monotonic()
-            self.done, self.total = int(started[1]) - 1, int(started[2])
-        elif self.TOOK.match(line) and self.first is not None:
-            self.done += 1
-            left = (time.monotonic() - self.first) / self.done * (self.total - self.done)
-            when = f"{left:.0f} s" if left < 90 else f"{left / 60:.0f} min"
-            self.out.write(f"graded {self.done}/{self.total} submissions, about {when} left\n")
-
-    def flush(self):
-        self.out.flush()
-
-    def __getattr__(self, name):  # fileno, isatty, encoding...: the terminal's
-        return getattr(self.out, name)
-
-
 @pytest.fixture(scope="session")
 def on_terminal(pytestconfig):
     """A context in which prints reach the terminal, also from a pytest-xdist worker (through stderr, which the
     workers share with `make test`): a grading run of several minutes says which submission it is on, how many
-    are done and about how long the rest will take."""
+    are done and about how long the rest will take (grade.grade_folder prints it)."""
     capman = pytestconfig.pluginmanager.getplugin("capturemanager")
 
     @contextlib.contextmanager
     def shown():
-        with capman.global_and_fixture_disabled(), contextlib.redirect_stdout(Progress(sys.stderr)):
+        with capman.global_and_fixture_disabled(), contextlib.redirect_stdout(sys.stderr):
             yield
     return shown

@@ -25,6 +25,13 @@ def demo(tmp_path_factory):
     return run_cli("grade", work=work), work
 
 
+def test_progress_says_how_many_are_graded_and_about_how_long_the_rest_takes():
+    from hpcdl_course import grade
+
+    assert grade.progress(1, 3, 10.0) == "graded 1/3 submissions, about 20 s left"
+    assert grade.progress(2, 20, 60.0) == "graded 2/20 submissions, about 9 min left"
+
+
 @whole_course
 def test_demo_grades_and_prints_a_table(demo):
     proc, work = demo
@@ -37,6 +44,9 @@ def test_demo_grades_and_prints_a_table(demo):
             got, out_of = full.split()[2], full.split()[4]
             assert float(got) > 0 and float(out_of) > 0
             assert blank.split()[2] == "0"
+    counts = [line for line in proc.stdout.splitlines() if line.startswith("graded ")]
+    total = len(counts)
+    assert total and counts[-1] == f"graded {total}/{total} submissions, about 0 s left", counts
     # The demo grades into a work folder of its own: the real gradebook is left alone.
     assert (work / "gradebook.db").read_text() == "the instructor's real gradebook"
     assert (work / "demo" / "gradebook.db").exists() and (work / "demo" / "grades.csv").exists()
