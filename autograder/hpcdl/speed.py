@@ -270,8 +270,9 @@ def _pausing_worker(fn):
         stopped = worker.pause() if worker is not None else []
         try:
             if ON_GPU and not _card_is_idle(IDLE_WAIT_SECONDS):
-                raise BusyCard(f"the GPU stayed busy for {IDLE_WAIT_SECONDS} s with work the submission left running "
-                               f"while its process was stopped, so speed cannot be measured (reported to the instructor)")
+                raise BusyCard(f"the GPU stayed busy for {IDLE_WAIT_SECONDS} s with work the submission left "
+                               f"running while its process was stopped, so speed cannot be measured (reported to "
+                               f"the instructor)")
             yield
             if ON_GPU and not _card_is_idle(2):
                 raise BusyCard("the GPU ran work of the submission's while the grader measured this card's ceilings, "
