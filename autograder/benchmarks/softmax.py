@@ -19,7 +19,8 @@ import nbformat
 import torch
 from hpcdl import ceilings, check
 from hpcdl.timing import time_function
-from hpcdl_course import paths
+from hpcdl_course import cells as roles
+from hpcdl_course import paths, speed_contract
 
 from . import machine
 from .solution_code import load
@@ -27,9 +28,11 @@ from .solution_code import load
 ASSIGNMENT = "03_fused_softmax"
 RUNS = 5
 REP_MS = 100
-GRADED = {  # shape -> the solution function graded there, and its thresholds (as in the notebook's speed cells)
-    (8192, 8192): ("softmax", {"copy_fraction": 0.75, "vs_torch": 1.2, "vs_naive": 3.0}),
-    (1024, 65536): ("online_softmax", {"vs_torch": 1.1, "vs_naive": 3.0}),
+BASELINES = {"torch_softmax": "vs_torch", "naive_softmax": "vs_naive"}
+GRADED = {  # shape -> the solution function graded there, and its thresholds (the notebook's speed cells')
+    (8192, 8192): ("softmax", speed_contract.thresholds(ASSIGNMENT, "softmax at 8192 x 8192 float32", BASELINES)),
+    (1024, 65536): ("online_softmax", speed_contract.thresholds(ASSIGNMENT, "online_softmax at 1024 x 65536 float32",
+                                                                BASELINES)),
 }
 SWEEP_ELEMENTS = 2**26
 SWEEP_COLS = [2**k for k in range(8, 19, 2)]
@@ -38,7 +41,7 @@ SWEEP_COLS = [2**k for k in range(8, 19, 2)]
 def naive_from_notebook():
     """naive_softmax as the notebook defines it, in its locked cell."""
     nb = nbformat.read(paths.SOLUTIONS / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
-    source = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "naive_softmax")
+    source = next(c.source for c in nb.cells if roles.grade_id(c) == "naive_softmax")
     namespace = {"torch": torch}
     exec(source, namespace)
     return namespace["naive_softmax"]

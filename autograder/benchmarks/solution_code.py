@@ -8,6 +8,7 @@ import tempfile
 import nbformat
 
 from hpcdl_course import answers, paths
+from hpcdl_course import cells as roles
 
 
 def load(assignment: str, notebook: str, fixture: str | None = None):
@@ -15,10 +16,9 @@ def load(assignment: str, notebook: str, fixture: str | None = None):
     override = next((f.cells for f in answers.load(assignment) if f.name == fixture), {}) if fixture else {}
     parts = []
     for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("grade_id") == "setup" or meta.get("solution"):
-            source = override.get(meta["grade_id"], cell.source)
-            parts.append("\n".join(line for line in source.splitlines() if line.strip() not in answers.MARKERS))
+        if roles.grade_id(cell) == "setup" or roles.is_answer(cell):
+            source = override.get(roles.grade_id(cell), cell.source)
+            parts.append("\n".join(line for line in source.splitlines() if line.strip() not in roles.SOLUTION_MARKERS))
     path = pathlib.Path(tempfile.mkdtemp(prefix="hpcdl-solution-")) / f"{notebook}_{fixture or 'solution'}.py"
     path.write_text("\n\n".join(parts) + "\n")
     spec = importlib.util.spec_from_file_location(path.stem, path)

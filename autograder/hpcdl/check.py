@@ -14,6 +14,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .device import DEVICE
+from .elsewhere import Elsewhere
 from .guard import OutOfBounds
 from .launches import kernel_name, watch
 
@@ -57,12 +58,17 @@ def generator(seed: int) -> torch.Generator:
 def random_tensor(shape, dtype=torch.float32, *, generator: torch.Generator, low=-1.0, high=1.0):
     """Uniform random values in [low, high) on the course device (never zeros).
 
-    The tensor remembers how it was drawn, so a grading worker can redraw a large input itself
-    instead of receiving its bytes (see wire.py)."""
+    The tensor remembers how it was drawn (recipe), so a grading worker can redraw a large input
+    itself instead of receiving its bytes."""
     state = generator.get_state()
     t = regenerate(shape, dtype, None, low, high, generator.device, generator=generator)
     t._hpcdl_recipe = {"shape": list(t.shape), "low": low, "high": high, "state": state}
     return t
+
+
+def recipe(t: torch.Tensor) -> dict | None:
+    """How random_tensor drew t ({"shape", "low", "high", "state"}), or None: regenerate(**...) draws it again."""
+    return getattr(t, "_hpcdl_recipe", None)
 
 
 def regenerate(shape, dtype, state, low, high, device, *, generator=None) -> torch.Tensor:
@@ -199,10 +205,10 @@ def invoke(fn, args, kernels=(), *, skip=False):
     guarded (or skipped, with skip=True). Returns (result, {kernel name: launches}, indices of the
     tensor arguments fn modified).
 
-    At grading time fn is a proxy for a function in the worker process (remote.py), which runs
-    the same steps there."""
-    if hasattr(fn, "hpcdl_invoke"):
-        return fn.hpcdl_invoke(args, kernels, skip=skip)
+    At grading time fn is a stand-in for a function in the grading worker (hpcdl.elsewhere),
+    which runs the same steps there."""
+    if isinstance(fn, Elsewhere):
+        return fn.invoke(args, kernels, skip=skip)
     originals = [a.clone() if isinstance(a, torch.Tensor) else None for a in args]
     with contextlib.ExitStack() as stack:
         stack.enter_context(poisoned_allocations())

@@ -14,7 +14,7 @@ type is one of Python's builtin exceptions (ValueError, RuntimeError from a TORC
 as a ChildError subclass of the same name: the child writes its type's name and message
 (REPORT_RAISED, at the top of the child's script), `raised` reads them here. Only the name travels,
 and only builtin exception classes are ever made from it: the child may be hostile. Grading makes
-the worker's exceptions the same way (remote.py), so a test sees the same type in the lab and when
+the worker's exceptions the same way (hpcdl_grader.remote), so a test sees the same type in the lab and when
 graded.
 """
 import builtins

@@ -22,9 +22,6 @@ import nbformat
 
 from . import cells as roles, paths
 
-SPEED_PREFIX = roles.SPEED_PREFIX  # kept here for grade.py
-MARKERS = roles.SOLUTION_MARKERS  # kept here for benchmarks/solution_code.py
-
 
 class FixtureError(ValueError):
     """An answers.toml entry that cannot be turned into cells; the message names file, fixture and cell."""

@@ -4,7 +4,7 @@
 
 SPEC lists the notebook's code cells with their roles (cells.py). The checker starts
 a worker in the sandbox (sandbox.py) that runs the locked and answer cells, then runs the locked
-and test cells itself, in order, with proxies (hpcdl.remote) in place of what the answer cells
+and test cells itself, in order, with stand-ins (hpcdl_grader.remote) in place of what the answer cells
 defined. Every verdict is decided here, by code the learner's code never ran beside; nothing the
 worker prints or returns is run or trusted as code.
 """
@@ -20,8 +20,8 @@ os.environ.setdefault("HPCDL_QUIET", "1")
 os.environ["HPCDL_CEILINGS_CACHE"] = "off"  # a ceiling is measured here, never read from a file
 
 import hpcdl  # noqa: E402
-from hpcdl import remote, speed  # noqa: E402
-from hpcdl.worker import run_source  # noqa: E402
+from hpcdl_grader import clock, remote  # noqa: E402
+from hpcdl_grader.worker import run_source  # noqa: E402
 
 from . import cells as roles, sandbox  # noqa: E402
 
@@ -85,7 +85,7 @@ class Checker:
         self.locked_names = set(spec.get("locked_names", []))
         self.answer_errors, self.names = {}, {}
         self.flags = []
-        speed.note_idle_card()  # before any learner code runs on the card: the yardstick of a busy card
+        clock.note_idle_card()  # before any learner code runs on the card: the yardstick of a busy card
         self.worker = sandbox.worker(timeout=REQUEST_TIMEOUT, on_start=self._run_worker_cells)
 
     def _run_worker_cells(self, worker):

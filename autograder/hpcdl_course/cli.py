@@ -8,7 +8,7 @@ import sys
 import tempfile
 
 from . import sandbox
-from . import answers, grade, notebooks, paths, release, submissions
+from . import answers, grade, notebooks, paths, prebuild, release, submissions
 from . import distribute
 from . import scaffold
 
@@ -36,6 +36,7 @@ def cmd_grade(args) -> int:
     if folder is None:
         # The demo has a work folder and gradebook of its own, and starts from a fresh release.
         os.environ["HPCDL_WORK"] = str(paths.work() / "demo")
+        prebuild.make_removable()
         shutil.rmtree(paths.work(), ignore_errors=True)
         folder = paths.work() / "submissions"
         with tempfile.TemporaryDirectory(prefix="hpcdl-demo-release-") as released:

@@ -27,8 +27,8 @@ SKIP_PATTERNS = ("__pycache__", "*.pyc", ".ipynb_checkpoints", "*.egg-info")
 SKIP = shutil.ignore_patterns(*SKIP_PATTERNS)
 # What `make test` and `make grade` need outside the venv: learners have neither.
 INSTRUCTOR_ENV = ("system-tools.sh",)
-FORBIDDEN_NAMES = {"solutions", "answers.toml", "hpcdl_course", "nbgrader_config.py", "gradebook.db", ".ci",
-                   "tests", "benchmarks"}
+FORBIDDEN_NAMES = {"solutions", "answers.toml", "hpcdl_course", "hpcdl_grader", "nbgrader_config.py",
+                   "gradebook.db", ".ci", "tests", "benchmarks"}
 MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS")
 # Lines of solutions or hidden tests that the distribution may hold anyway, and why. Keep this short.
 PUBLIC_LINES = {

@@ -15,8 +15,10 @@ SUSPECT_CALLS = {"open", "exec", "eval", "compile", "__import__", "globals", "va
                  "get_ipython", "breakpoint", "memoryview"}
 # Reading these is harmless; anything else on sys (modules, settrace, stdout replaced...) is flagged.
 HARMLESS_SYS = {"stderr", "stdout", "version_info", "maxsize", "float_info"}
-# hpcdl's own machinery for grading: the worker that runs answers, its messages and guards.
-GRADER_INTERNALS = {"worker", "remote", "wire", "guard", "processes", "isolation"}
+# The grader's machinery: hpcdl_grader (the worker that runs answers, its messages, the checker's clock) and
+# hpcdl's modules for other processes and guards, which an answer reaches through checks, never directly.
+GRADER_PACKAGE = "hpcdl_grader"
+GRADER_INTERNALS = {"elsewhere", "guard", "processes", "isolation"}
 # Frames and their variables: how code finds the objects that called it (the worker, a check).
 FRAME_ATTRS = {"f_back", "f_locals", "f_globals", "f_builtins", "gi_frame", "cr_frame", "ag_frame", "tb_frame"}
 SHARED_NAMES = {"hpcdl", "torch", "triton", "tl", "math", "np", "numpy", "time", "random", "DEVICE"}
@@ -63,7 +65,7 @@ def _import_reasons(node) -> list:
     found = []
     for m in mods:
         top, _, sub = m.partition(".")
-        if top == "hpcdl" and sub.split(".")[0] in GRADER_INTERNALS:
+        if top == GRADER_PACKAGE or (top == "hpcdl" and sub.split(".")[0] in GRADER_INTERNALS):
             found.append(f"imports {m}, the grader's own machinery")
         elif top in SUSPECT_MODULES and not (m == "sys" and isinstance(node, ast.Import)):
             found.append(f"imports {m}")  # `import sys` alone is judged by what it touches (_attribute_reasons)

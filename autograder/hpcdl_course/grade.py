@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 
-from . import answers, paths, records, release, sandbox, submissions
+from . import answers, paths, prebuild, records, release, sandbox, submissions
+from . import cells as roles
 from .nbgrader_run import errors, nbgrader
 from .trusted_execute import report_path
 
@@ -110,6 +111,10 @@ def grade_folder(folder, assignments=None) -> list:
     due = due_dates()  # read before anything is released: a date nbgrader cannot read stops the run here
     to_release = [a for a in wanted if any(sub.assignment == a and sub.notebooks for sub in found)]
     release_into_gradebook(to_release, due)
+    for assignment in to_release:
+        said = prebuild.solution_builds(assignment)
+        if said:
+            print(said, flush=True)
     note = speed_note(to_release)
     gpu = on_gpu() if note else True
     if not gpu:
@@ -249,15 +254,11 @@ def on_gpu() -> bool:
     return bool(hpcdl.ON_GPU)
 
 
-def is_speed_cell(grade_id: str) -> bool:
-    return grade_id.startswith(answers.SPEED_PREFIX)
-
-
 def speed_note(assignments) -> str | None:
     """"N of M points are speed cells, not graded on this machine (no CUDA GPU): ...", or None where
     these assignments have no speed cell."""
     points = {a: answers.grade_cells(a) for a in assignments}
-    speed = {a: {g: p for g, p in cells.items() if is_speed_cell(g)} for a, cells in points.items()}
+    speed = {a: {g: p for g, p in cells.items() if roles.is_speed(g)} for a, cells in points.items()}
     n, m = sum(sum(s.values()) for s in speed.values()), sum(sum(c.values()) for c in points.values())
     if not any(speed.values()):
         return None
@@ -278,9 +279,9 @@ def mark_not_graded_here(autograded: pathlib.Path) -> None:
         nb = nbformat.read(path, as_version=4)
         changed = False
         for cell in nb.cells:
-            meta = cell.metadata.get("nbgrader", {})
+            meta = roles.meta(cell)
             grade_id = str(meta.get("grade_id", ""))
-            if cell.cell_type != "code" or not meta.get("grade") or not is_speed_cell(grade_id):
+            if cell.cell_type != "code" or not roles.is_graded(cell) or not roles.is_speed(grade_id):
                 continue
             if not any(o.output_type == "error" for o in cell.outputs):
                 continue
@@ -318,11 +319,11 @@ def graded_cells(student: str, assignment: str, notebooks: list, gpu: bool) -> d
                 continue
             cells = found[name] = {}
             for cell in nb.cells:
-                grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+                grade_id = roles.grade_id(cell)
                 if grade_id in points:
                     score, top = points[grade_id]
                     cells[grade_id] = {"score": score, "max": top, "message": _said(cell),
-                                       "here": gpu or not is_speed_cell(grade_id)}
+                                       "here": gpu or not roles.is_speed(grade_id)}
     return found
 
 

@@ -32,6 +32,8 @@ import struct
 import sys
 import tempfile
 
+from . import prebuild
+
 SANDBOX_UIDS = range(1_900_000_000, 1_900_000_000 + 4096)  # outside the ranges systemd gives out
 UID_LOCKS = "/run/hpcdl-sandbox-uids"  # a lock file per uid in use; root's only
 PROCESS_LIMIT = 1024  # processes and threads of one sandbox (RLIMIT_NPROC)
@@ -70,14 +72,18 @@ def _hpcdl():
 
 
 def _read_only_roots() -> list:
-    """What the learner's code may read: system folders, Python, the environment, the hpcdl package."""
+    """What the learner's code may read: system folders, Python, the environment, the hpcdl package and the
+    worker's (hpcdl_grader: the worker runs from it)."""
     roots = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"]
     etc = ["ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
            "localtime", "mime.types", "hosts"]  # hosts: `localhost` resolves (torch.distributed, MPI)
     roots += [f"/etc/{name}" for name in etc]
     for path in (sys.base_prefix, sys.prefix, os.path.dirname(sys.executable)):
         roots.append(os.path.realpath(path))
-    roots.append(str(pathlib.Path(_hpcdl().__file__).resolve().parent))
+    package = pathlib.Path(_hpcdl().__file__).resolve().parent
+    roots += [str(package), str(package.parent / "hpcdl_grader")]
+    if prebuild.folder().is_dir():  # the solution's C++ builds, which cannot be listed (prebuild.py)
+        roots.append(str(prebuild.folder()))
     return roots
 
 
@@ -244,8 +250,10 @@ def environment() -> dict:
     # Ranks inside: the sandbox hides /sys and the network, which MPICH's UCX and hwloc probe and complain
     # about in every rank's output; torch.distributed's gloo binds to the loopback.
     env.update({"UCX_LOG_LEVEL": "fatal", "HWLOC_HIDE_ERRORS": "2", "GLOO_SOCKET_IFNAME": "lo"})
-    # Only the hpcdl package is bound there, so this folder shows nothing else (not hpcdl_course).
+    # Only hpcdl and hpcdl_grader are bound there, so this folder shows nothing else (not hpcdl_course).
     env["PYTHONPATH"] = str(pathlib.Path(_hpcdl().__file__).resolve().parents[1])
+    if prebuild.folder().is_dir():
+        env["HPCDL_PREBUILT"] = str(prebuild.folder())
     if not _hpcdl().ON_GPU:
         env["HPCDL_DEVICE"] = "cpu"
     elif "TRITON_LIBCUDA_PATH" not in os.environ:
@@ -284,13 +292,13 @@ def _claim():
 
 
 def worker(**kwargs):
-    """A grading worker (`python -m hpcdl.worker`) that will run in the sandbox, with its environment and
+    """A grading worker (`python -m hpcdl_grader.worker`) that will run in the sandbox, with its environment and
     limits, as a uid of its own for as long as the returned object lives (when grading as root); kwargs go
-    to hpcdl.remote.WorkerProcess (timeout, on_start)."""
-    from hpcdl import remote
+    to hpcdl_grader.remote.WorkerProcess (timeout, on_start)."""
+    from hpcdl_grader import remote
 
     claim = _claim()
-    w = remote.WorkerProcess(command([sys.executable, "-m", "hpcdl.worker"], claim and claim.uid),
+    w = remote.WorkerProcess(command([sys.executable, "-m", "hpcdl_grader.worker"], claim and claim.uid),
                              env=environment(), preexec_fn=set_limits, **kwargs)
     w.sandbox_uid = claim  # the uid stays claimed while the worker object lives
     return w
@@ -329,7 +337,7 @@ _double[(8,)](x, 1000, BLOCK=128)
 result = "works" if float(x.sum()) == 2000 else "wrong result"
 '''
 try:  # a Triton kernel compiles (on a GPU: cc, ptxas, libcuda) and runs in here, as the worker runs cells
-    from hpcdl.worker import run_source
+    from hpcdl_grader.worker import run_source
 
     cell = {"torch": torch, "DEVICE": hpcdl.DEVICE}
     run_source(_KERNEL, "<probe cell>", cell)

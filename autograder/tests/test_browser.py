@@ -35,6 +35,7 @@ from hpcdl_course import answers, notebooks, paths
 from leftovers import pids_holding
 from selection import ASSIGNMENTS
 from test_notebooks import is_local, markdown_links
+from hpcdl_course import cells as roles
 
 # playwright is imported where it is used: without it this module must still load, to skip or fail saying why.
 
@@ -188,7 +189,7 @@ def _open_fill_and_run(page, lab, path: str, filled: dict) -> list:
     expect(cells).to_have_count(len(nb.cells))
     typed = {}
     for i, cell in enumerate(nb.cells):
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        grade_id = roles.grade_id(cell)
         if grade_id in filled:
             _type_into(page, cells.nth(i), filled[grade_id])
             typed[i] = filled[grade_id]
@@ -220,7 +221,7 @@ def _failed(nb, shown, skip=()) -> dict:
     """grade_id -> the error the page shows, or 'did not run', for each graded cell not in `skip`."""
     found = {}
     for cell, page_cell in zip(nb.cells, shown):
-        meta = cell.metadata.get("nbgrader", {})
+        meta = roles.meta(cell)
         if meta.get("grade") and meta["grade_id"] not in skip:
             if page_cell["stderr"]:
                 found[meta["grade_id"]] = page_cell["stderr"]
@@ -297,7 +298,7 @@ def test_solution_passes_in_jupyterlab(lab, browser, assignment):
             shown = _open_fill_and_run(page, lab, path, answers.solution_sources(assignment))
             assert _failed(nb, shown, skip=speed) == {}, f"{path}: graded cells that failed or did not run"
             first_speed = next((s for c, s in zip(nb.cells, shown)
-                                if c.metadata.get("nbgrader", {}).get("grade_id") in speed), None)
+                                if roles.grade_id(c) in speed), None)
             if first_speed and not hpcdl.ON_GPU:
                 assert "graded only on a CUDA GPU" in first_speed["stderr"]
 

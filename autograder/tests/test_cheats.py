@@ -17,6 +17,7 @@ import hpcdl
 from hpcdl_course import answers, grade, paths
 import selection
 from selection import ASSIGNMENTS
+from hpcdl_course import cells as roles
 
 VICTIMS = ("aaa-honest", "zzz-honest")
 VICTIM_ASSIGNMENT = "01_vector_add"
@@ -45,7 +46,7 @@ def _write_cheat(folder, cheat, places):
         target.mkdir(parents=True, exist_ok=True)
         for name in paths.notebook_names(a):
             nb = answers.submission(a, name, cells)
-            last = max(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("solution"))
+            last = max(i for i, c in enumerate(nb.cells) if roles.is_answer(c))
             for offset, source in enumerate(cheat.get("extra_cells", [])):
                 nb.cells.insert(last + 1 + offset, nbformat.v4.new_code_cell(_fill(source, places)))
             nbformat.write(nb, target / f"{name}.ipynb")

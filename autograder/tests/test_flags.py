@@ -25,7 +25,7 @@ def test_reference_answers_are_not_flagged(assignment):
 
 
 def test_reaching_for_the_graders_machinery_is_flagged():
-    for source in ("import hpcdl.worker", "from hpcdl import remote", "from hpcdl.wire import Encoder",
-                   "w = hpcdl.worker.Worker", "g = (lambda: (yield))()\ncaller = g.gi_frame.f_back"):
+    for source in ("import hpcdl_grader.worker", "from hpcdl_grader import remote",
+                   "from hpcdl_grader.wire import Encoder", "from hpcdl import elsewhere", "w = hpcdl.isolation.Server", "g = (lambda: (yield))()\ncaller = g.gi_frame.f_back"):
         assert flags.review("answer", source, set()), source
     assert not flags.review("answer", "import hpcdl\nx = hpcdl.check.random_tensor((3,), None)", set())

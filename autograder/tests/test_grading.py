@@ -16,6 +16,7 @@ import hpcdl
 from hpcdl_course import answers, grade, paths
 import selection
 from selection import ASSIGNMENTS, grouped
+from hpcdl_course import cells as roles
 
 pytestmark = pytest.mark.slow
 CRASH = "crash"
@@ -132,7 +133,7 @@ def test_grade_cells_leave_no_value_for_nbgrader_to_score(graded, assignment):
     for path in _autograded(assignment, "solution") + _autograded(assignment, "release"):
         nb = nbformat.read(path, as_version=4)
         for cell in nb.cells:
-            if cell.metadata.get("nbgrader", {}).get("grade"):
+            if roles.is_graded(cell):
                 assert not [o for o in cell.outputs if o.output_type == "execute_result"], cell.source[:80]
 
 
@@ -140,7 +141,7 @@ def test_grade_cells_leave_no_value_for_nbgrader_to_score(graded, assignment):
 @pytest.mark.parametrize("assignment", FIRST)
 def test_speed_cells_say_why_they_scored_zero(graded, assignment):
     nb = nbformat.read(_autograded(assignment, "solution")[0], as_version=4)
-    speed = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id", "").startswith("test_speed")]
+    speed = [c for c in nb.cells if roles.is_speed(roles.grade_id(c) or "")]
     assert speed and all("graded only on a CUDA GPU" in str(c.outputs) for c in speed)
 
 
@@ -170,8 +171,8 @@ def test_feedback_exists_and_hides_hidden_tests(graded, assignment):
             table = page[page.index('class="hpcdl-summary"'):page.index("</table>")]
             nb = nbformat.read(paths.SOLUTIONS / assignment / f"{name}.ipynb", as_version=4)
             for cell in nb.cells:
-                meta = cell.metadata.get("nbgrader", {})
-                if meta.get("grade"):
+                meta = roles.meta(cell)
+                if roles.is_graded(cell):
                     assert re.search(rf"<code>{meta['grade_id']}</code></a></td>\s*<td>[\d.]+ / "
                                      rf"{float(meta['points'])}</td>", table), meta["grade_id"]
 

@@ -23,6 +23,7 @@ from nbgrader.api import Gradebook, MissingEntry
 import hpcdl
 from hpcdl_course import answers, grade, paths, submissions
 from selection import ASSIGNMENTS
+from hpcdl_course import cells as roles
 
 A = "01_vector_add"
 NB = f"{A}.ipynb"
@@ -237,8 +238,8 @@ def _render(nb, sanitize=True) -> str:
         config.HTMLExporter.sanitize_html = False
         config.HTMLExporter.filters = {"hpcdl_sanitize": lambda text: text}
     for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("grade"):
+        meta = roles.meta(cell)
+        if roles.is_graded(cell):
             meta["score"] = 0.0
     page, _ = HTMLExporter(config=config).from_notebook_node(
         nb, resources={"nbgrader": {"notebook": A, "score": 0, "max_score": 10, "late_penalty": 0}})
@@ -249,7 +250,7 @@ def _render(nb, sanitize=True) -> str:
 def test_feedback_template_leaves_no_markup_of_the_learner_that_runs():
     honest = answers.submission(A, A, {})
     attack = answers.submission(A, A, {})
-    first_answer = next(i for i, c in enumerate(attack.cells) if c.metadata.get("nbgrader", {}).get("solution"))
+    first_answer = next(i for i, c in enumerate(attack.cells) if roles.is_answer(c))
     attack.cells[first_answer:first_answer] = _attack_cells()
     unsafe = _Page(_render(attack, sanitize=False))
     assert len(_unsafe(unsafe)) > 10 and len(unsafe.scripts) > len(_Page(_render(honest)).scripts)  # the attack is real
@@ -278,7 +279,7 @@ def graded(tmp_path_factory, on_terminal):
     attacks = _link_attacks(folder, _secret_file(tmp))
     # The markup attack: the untouched release (no answer), cells of markup, a raising answer, a forged file name.
     nb = answers.submission(A, A, None)
-    first_answer = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("solution"))
+    first_answer = next(i for i, c in enumerate(nb.cells) if roles.is_answer(c))
     nb.cells[first_answer].source = "raise ValueError('<script>alert(13)</script><img src=x onerror=alert(14)>')"
     nb.cells[first_answer:first_answer] = _attack_cells()
     (folder / "markup" / A).mkdir(parents=True)

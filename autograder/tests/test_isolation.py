@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from hpcdl import check, isolation, processes, remote
+from hpcdl import check, isolation, processes
+from hpcdl_grader import remote
 from hpcdl.guard import OutOfBounds
 from hpcdl.isolation import IsolatedFailure
 from leftovers import no_leftovers, pids_holding  # noqa: F401  (no_leftovers: a fixture)

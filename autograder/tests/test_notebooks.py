@@ -7,6 +7,7 @@ import pytest
 from nbgrader.nbgraderformat import MetadataValidator
 
 from hpcdl_course import answers, notebooks, paths, release
+from hpcdl_course import cells as roles
 
 ASSIGNMENTS = paths.assignments()
 SOURCE_NOTEBOOKS = [paths.SOLUTIONS / a / f"{n}.ipynb" for a in ASSIGNMENTS for n in paths.notebook_names(a)]
@@ -15,7 +16,7 @@ ALL_NOTEBOOKS = SOURCE_NOTEBOOKS + RELEASED_NOTEBOOKS
 
 
 def grade_cells(nb):
-    return [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    return [c for c in nb.cells if roles.is_graded(c)]
 
 
 def test_there_are_assignments():
@@ -48,7 +49,7 @@ def test_metadata_is_valid_for_nbgrader(path):
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     MetadataValidator().validate_nb(nb)
-    ids = [c.metadata["nbgrader"]["grade_id"] for c in nb.cells if "nbgrader" in c.metadata]
+    ids = [roles.grade_id(c) for c in nb.cells if roles.grade_id(c)]
     assert len(ids) == len(set(ids)), "grade ids must be unique"
     assert nb.metadata.kernelspec.name == "hpcdl"
 
@@ -106,7 +107,7 @@ def test_fixtures_name_real_cells(assignment):
     nb_ids = set()
     for name in paths.notebook_names(assignment):
         nb = nbformat.read(paths.SOLUTIONS / assignment / f"{name}.ipynb", as_version=4)
-        nb_ids |= {c.metadata["nbgrader"]["grade_id"] for c in nb.cells if "nbgrader" in c.metadata}
+        nb_ids |= {roles.grade_id(c) for c in nb.cells if roles.grade_id(c)}
     for f in answers.load(assignment):
         assert set(f.cells) <= nb_ids, f.name
         assert f.fails <= set(answers.grade_cells(assignment)), f.name

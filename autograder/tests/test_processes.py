@@ -26,7 +26,9 @@ import pytest
 from nbgrader.api import Gradebook
 
 import capabilities
+from hpcdl_course import sandbox
 from leftovers import pids_holding
+from hpcdl_course import cells as roles
 
 ASSIGNMENT = "99_processes"
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "processes"
@@ -93,8 +95,8 @@ def cell_outputs(graded, student) -> dict:
     nb = nbformat.read(path, as_version=4)
     found = {}
     for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("grade"):
+        meta = roles.meta(cell)
+        if roles.is_graded(cell):
             found[meta["grade_id"]] = "\n".join(o.get("text", "") + o.get("evalue", "") for o in cell.outputs)
     return found
 
@@ -135,6 +137,24 @@ def test_nothing_is_left_running(graded):
         if b"p99_" in cmdline and b"pytest" not in cmdline:
             named.append((pid, cmdline[:200]))
     assert named == []
+
+
+def printed(graded, student) -> str:
+    report = graded["work"] / "reports" / student / ASSIGNMENT / f"{ASSIGNMENT}.json"
+    return json.loads(report.read_text())["printed"]
+
+
+@needs_tools
+def test_the_solutions_build_is_paid_once_and_cannot_be_listed(graded, monkeypatch):
+    prebuilt = graded["work"] / "prebuilt"
+    assert prebuilt.stat().st_mode & 0o777 == 0o311
+    monkeypatch.setenv("HPCDL_WORK", str(graded["work"]))
+    assert sandbox.probe([str(prebuilt)])["can_read"][str(prebuilt)] is False
+    # The solution's source is the prebuilt one: its sandbox loads it and builds nothing.
+    assert "built the C++ extension" not in printed(graded, "solution")
+    # A fixture whose C++ differs builds its own, in its own sandbox.
+    changed = [f["name"] for f in fixtures() if "axpy" in f.get("edits", {}) or "axpy" in f.get("cells", {})]
+    assert changed and all("built the C++ extension" in printed(graded, name) for name in changed)
 
 
 @needs_tools

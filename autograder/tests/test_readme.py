@@ -6,7 +6,7 @@ import pytest
 
 import selection
 from benchmarks import report
-from hpcdl_course import paths
+from hpcdl_course import paths, speed_contract
 
 REQUIRED = ("date", "gpu", "driver", "torch", "triton", "command", "timing", "copy_gbps")
 RECORDED = [report.latest(name) for name in report.TABLES if report.latest(name)]
@@ -34,11 +34,12 @@ def test_readme_tables_are_made_from_the_latest_results():
                                                 ("04_fused_mlp", ("bias_gelu", "linear_gelu"))],
                          ids=["03", "04"])
 def test_benchmark_thresholds_are_the_notebooks(assignment, graded):
-    """The README's "now needs" comes from the benchmarks' thresholds: they must be the speed cells' own."""
-    source = (paths.SOLUTIONS / assignment / f"{assignment}.nb.py").read_text()
-    in_notebook = sorted(float(v) for v in re.findall(r"min_(?:fraction|speedup)=([\d.]+)", source))
+    """The benchmarks read their thresholds from the notebook's speed cells (hpcdl_course.speed_contract), and
+    the README's "now needs" from them: every requirement of a speed cell must be one a benchmark measures."""
+    in_notebook = sorted(r.threshold for r in speed_contract.requirements(assignment))
     now = report.thresholds_now()
-    assert in_notebook == sorted(v for name in graded for v in now[name].values())
+    assert in_notebook == sorted(v for name in graded for v in now[name].values()), \
+        "a speed cell requires something no GPU benchmark measures: add it to the notebook's benchmark"
 
 
 def test_table_of_variables_lists_every_variable_and_only_those():

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from hpcdl import remote
+from hpcdl_grader import remote
 from hpcdl_course import sandbox
 from leftovers import no_leftovers  # noqa: F401  (a fixture)
 

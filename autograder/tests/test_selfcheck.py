@@ -10,6 +10,7 @@ import pytest
 from hpcdl_course import answers, paths
 from selection import ASSIGNMENTS
 from test_grading import failed_cells, fixtures, graded, student  # noqa: F401 (graded is a fixture)
+from hpcdl_course import cells as roles
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +31,7 @@ def _failed_in_one_kernel(assignment, name) -> set:
         nbclient.NotebookClient(nb, kernel_name="hpcdl", timeout=900, allow_errors=True,
                                 resources={"metadata": {"path": str(paths.COURSE / assignment)}}).execute()
         failed |= {c.metadata.nbgrader["grade_id"] for c in nb.cells
-                   if c.metadata.get("nbgrader", {}).get("grade")
+                   if roles.is_graded(c)
                    and any(o.output_type == "error" for o in c.get("outputs", []))}
     return failed
 

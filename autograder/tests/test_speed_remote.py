@@ -6,7 +6,8 @@ import sys
 import pytest
 import torch
 
-from hpcdl import check, remote, speed
+from hpcdl import check
+from hpcdl_grader import clock, remote
 from hpcdl_course import sandbox
 
 CELLS = '''
@@ -60,7 +61,7 @@ def big_tensors():
 @pytest.fixture(scope="module")
 def worker():
     # The grading worker's environment, without the sandbox (tested elsewhere).
-    w = remote.WorkerProcess([sys.executable, "-m", "hpcdl.worker"], env=sandbox.environment(), timeout=120)
+    w = remote.WorkerProcess([sys.executable, "-m", "hpcdl_grader.worker"], env=sandbox.environment(), timeout=120)
     reply = w.request({"op": "run_cells", "cells": [{"id": "cells", "source": CELLS, "answer": True}]}, what="cells")
     assert reply["errors"] == {}
     yield w
@@ -73,13 +74,13 @@ def inputs(shape=(37, 53)):
 
 
 def test_the_batch_overhead_is_measured_once_on_a_worker_of_its_own(worker):
-    speed._overheads.clear()
-    first = speed._batch_overhead(worker)
-    assert 0 <= first < 1.0 and speed._batch_overhead(worker) == first and len(speed._overheads) == 1
+    clock._overheads.clear()
+    first = clock.batch_overhead(worker)
+    assert 0 <= first < 1.0 and clock.batch_overhead(worker) == first and len(clock._overheads) == 1
 
 
 def test_an_honest_function_is_timed_and_its_elements_check_out(worker):
-    seconds = speed._remote_seconds(remote.RemoteCallable(worker, "add"), inputs, torch.add, "add", 0.0)
+    seconds = clock.timed_seconds(worker, {"name": "add"}, inputs, torch.add, "add", 0.0)
     assert seconds > 0
 
 
@@ -94,17 +95,17 @@ def test_elements_are_read_in_row_major_order_of_any_layout(worker):
 def test_methods_of_objects_in_the_worker_are_timed_too(worker):
     adder = remote.RemoteCallable(worker, "Adder")()  # an object that cannot travel comes back as a handle
     method = remote.RemoteCallable(worker, handle=adder._handle, attr="forward", label="Adder().forward")
-    assert speed._remote_seconds(method, inputs, torch.add, "Adder().forward", 0.0) > 0
+    assert clock.timed_seconds(worker, method._target(), inputs, torch.add, "Adder().forward", 0.0) > 0
 
 
 def test_a_result_reused_across_timed_calls_fails(worker):
     with pytest.raises(check.CheckFailed, match="wrong on the timed calls"):
-        speed._remote_seconds(remote.RemoteCallable(worker, "memoised"), inputs, torch.add, "memoised", 0.0)
+        clock.timed_seconds(worker, {"name": "memoised"}, inputs, torch.add, "memoised", 0.0)
 
 
 def test_a_tensor_subclass_is_refused_as_a_timed_output(worker):
     with pytest.raises(TypeError, match="not a plain torch.Tensor"):
-        speed._remote_seconds(remote.RemoteCallable(worker, "lazy"), lambda: inputs((1 << 10,)), torch.add, "lazy", 0.0)
+        clock.timed_seconds(worker, {"name": "lazy"}, lambda: inputs((1 << 10,)), torch.add, "lazy", 0.0)
 
 
 def test_no_learner_mode_sees_a_timed_batch_drawn(worker):

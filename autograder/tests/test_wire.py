@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import hpcdl
-from hpcdl import wire
+from hpcdl_grader import wire
 
 
 def round_trip(value, sender="worker", **kw):

@@ -2,7 +2,7 @@
 each kernel's source with inspect.getsource, which the CPU interpreter does not need."""
 import inspect
 
-from hpcdl.worker import run_source
+from hpcdl_grader.worker import run_source
 
 
 def test_functions_defined_in_a_cell_have_their_source():

@@ -19,6 +19,8 @@ import struct
 
 import torch
 
+from hpcdl import check
+
 MAX_MESSAGE_BYTES = 3 << 30  # a reply larger than any output a check asks for
 MAX_HEADER_BYTES = 64 << 20  # what the worker accepts from the checker (answer cells' source, arguments)
 MAX_HEADER_FROM_WORKER = 8 << 20  # JSON the checker parses from the worker (Python's objects: up to ~25x)
@@ -104,7 +106,7 @@ class Encoder:
             t = t.contiguous()
         meta = {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "stride": list(t.stride()),
                 "device": t.device.type}
-        recipe = getattr(t, "_hpcdl_recipe", None)
+        recipe = check.recipe(t)
         if self.side == "checker" and recipe is not None and recipe["shape"] == list(t.shape) \
                 and t.is_contiguous() and t.numel() * t.element_size() >= RECIPE_MIN_BYTES:
             meta["recipe"] = {k: v for k, v in recipe.items() if k != "state"}
@@ -213,10 +215,9 @@ class Decoder:
         if "recipe" in meta:
             if self.side == "checker":
                 raise ProtocolError("the worker sent a random-tensor recipe: only the checker sends those")
-            from .check import regenerate
             r = dict(meta["recipe"])
             state = torch.frombuffer(bytearray(self._blob(r.pop("state"))), dtype=torch.uint8)
-            return regenerate(shape, dtype, state, float(r["low"]), float(r["high"]), device)
+            return check.regenerate(shape, dtype, state, float(r["low"]), float(r["high"]), device)
         raw = self._blob(meta["data"])
         itemsize = torch.empty(0, dtype=dtype).element_size()
         span = 0 if numel == 0 else 1 + sum((n - 1) * s for n, s in zip(shape, stride))

@@ -11,10 +11,13 @@ import signal
 import subprocess
 import threading
 
-from . import processes, wire
-from .check import CheckFailed
-from .device import DEVICE
-from .guard import OutOfBounds
+from hpcdl import processes
+from hpcdl.check import CheckFailed
+from hpcdl.device import DEVICE
+from hpcdl.elsewhere import Elsewhere
+from hpcdl.guard import OutOfBounds
+
+from . import clock, wire
 
 OUTPUT_LIMIT = 64 << 10  # bytes of the learner's printed output kept for the instructor
 DRAIN_WAIT = 5.0  # seconds stop() and kill() wait for the last of a worker's output to be read
@@ -187,7 +190,7 @@ class WorkerProcess:
         return text
 
 
-class RemoteCallable:
+class RemoteCallable(Elsewhere):
     """A function, class or callable object defined by the learner's code, living in the worker."""
 
     def __init__(self, worker: WorkerProcess, name: str | None = None, handle: int | None = None,
@@ -204,7 +207,7 @@ class RemoteCallable:
                                      what=f"{self.__name__}()")
         return reply["result"]
 
-    def hpcdl_invoke(self, args, kernels=(), *, skip=False):
+    def invoke(self, args, kernels=(), *, skip=False):
         """check.invoke's steps, run in the worker: poisoned allocations, watched kernels."""
         names = [k.__name__ for k in kernels]
         reply = self._worker.request({"op": "call", **self._target(), "args": list(args), "checked": True,
@@ -213,6 +216,12 @@ class RemoteCallable:
         counts = {n: int(launches.get(n, 0)) if isinstance(launches, dict) else 0 for n in names}
         modified = [int(i) for i in reply.get("modified") or [] if isinstance(i, int)]
         return reply["result"], counts, modified
+
+    def alone_on_the_card(self):
+        return clock.alone_on_the_card(self._worker)
+
+    def seconds_per_call(self, make_args, reference, name: str) -> tuple:
+        return clock.seconds_per_call(self._worker, self._target(), make_args, reference, name)
 
     def __getattr__(self, attr):
         if attr.startswith("__"):

@@ -5,7 +5,7 @@ them, alone, and the trusted checker process calls what they defined over a pipe
 it sends inputs, gets outputs back, and judges them itself. Nothing here decides a grade; code
 in this process may be hostile, so the checker trusts only what it can verify.
 
-Run as `python -m hpcdl.worker`: requests arrive on stdin and replies leave on stdout; the
+Run as `python -m hpcdl_grader.worker`: requests arrive on stdin and replies leave on stdout; the
 learner's own prints go to stderr, which the checker keeps (up to a limit) for the instructor.
 """
 import os
@@ -53,7 +53,9 @@ class Worker:
     def __init__(self):
         import torch
 
-        from . import check, device, launches, speed, wire
+        from hpcdl import check, device, launches, speed
+
+        from . import wire
 
         self.torch, self.check, self.launches, self.speed, self.wire = torch, check, launches, speed, wire
         self.device = device.DEVICE
