@@ -23,9 +23,10 @@ def _how(r, path) -> str:
 
 def thresholds_now() -> dict:
     """Each graded function's thresholds as the benchmarks (and the notebooks' speed cells) have them now."""
-    from . import fused_mlp, softmax
+    from . import fused_mlp, int4_gemv, softmax
     return ({name: thresholds for name, thresholds in softmax.GRADED.values()}
-            | {"bias_gelu": fused_mlp.BIAS_GELU_THRESHOLDS, "linear_gelu": fused_mlp.LINEAR_THRESHOLDS})
+            | {"bias_gelu": fused_mlp.BIAS_GELU_THRESHOLDS, "linear_gelu": fused_mlp.LINEAR_THRESHOLDS,
+               "int4_gemv": int4_gemv.THRESHOLDS})
 
 
 def _verdict(what, g, now) -> str:

@@ -16,7 +16,7 @@ from torch.overrides import TorchFunctionMode
 from .device import DEVICE
 from .elsewhere import Elsewhere
 from .guard import OutOfBounds
-from .launches import kernel_name, watch
+from .launches import dtype_name, kernel_name, watch
 
 # (rtol, atol) for comparing an output of this dtype with a reference computed in higher precision
 # and rounded to the same dtype: a few units in the last place.
@@ -76,8 +76,12 @@ def regenerate(shape, dtype, state, low, high, device, *, generator=None) -> tor
     if generator is None:
         generator = torch.Generator(device=device)
         generator.set_state(state)
-    if dtype.is_floating_point and high - low <= torch.finfo(dtype).max:  # one pass over memory: a grading worker draws timed inputs inside the clock
+    # One pass over memory where the dtype allows: a grading worker draws timed inputs inside the clock.
+    if dtype.is_floating_point and high - low <= torch.finfo(dtype).max:
         return torch.empty(shape, device=device, dtype=dtype).uniform_(low, high, generator=generator)
+    if not dtype.is_floating_point and dtype != torch.bool:  # the integers in [low, high)
+        return torch.empty(shape, device=device, dtype=dtype).random_(math.ceil(low), math.ceil(high),
+                                                                      generator=generator)
     x = torch.rand(shape, generator=generator, device=device, dtype=torch.float32)
     return (x * (high - low) + low).to(dtype)
 
@@ -202,8 +206,8 @@ def _nan_counts(actual) -> str:
 
 def invoke(fn, args, kernels=(), *, skip=False):
     """Run fn(*args) as every check does: allocations poisoned, the launches of `kernels` watched and
-    guarded (or skipped, with skip=True). Returns (result, {kernel name: launches}, indices of the
-    tensor arguments fn modified).
+    guarded (or skipped, with skip=True). Returns (result, {kernel name: [each launch's tensor dtypes]},
+    indices of the tensor arguments fn modified).
 
     At grading time fn is a stand-in for a function in the grading worker (hpcdl.elsewhere),
     which runs the same steps there."""
@@ -216,7 +220,7 @@ def invoke(fn, args, kernels=(), *, skip=False):
         result = fn(*args)
     modified = [i for i, (a, before) in enumerate(zip(args, originals))
                 if before is not None and not torch.equal(a, before)]
-    return result, {log.kernel_name: log.count for log in logs}, modified
+    return result, {log.kernel_name: log.dtypes for log in logs}, modified
 
 
 def describe(shape, dtype) -> str:
@@ -363,7 +367,8 @@ def outputs(fn, reference, make_inputs, cases, *, kernels=(), name=None, hidden=
 
 
 def kernel_used(fn, kernel, make_inputs, reference, shape, dtype, *, name=None):
-    """Prove the result comes from `kernel`: fn must launch it, and must be wrong when it is skipped."""
+    """Prove the result comes from `kernel`: fn must launch it, on tensors of the input's dtype when that is
+    a 16-bit float (not on a float32 copy), and must be wrong when it is skipped."""
     name = name or getattr(fn, "__name__", "function")
     kname = kernel_name(kernel)
     seed = new_seed()
@@ -372,9 +377,15 @@ def kernel_used(fn, kernel, make_inputs, reference, shape, dtype, *, name=None):
         result, launches, _ = invoke(fn, args, [kernel])
     except NotImplementedError:
         _not_written(name)
-    count = launches[kname]
+    count = len(launches[kname])
     if count == 0:
         raise CheckFailed(f"{name} never launched {kname}: launch it as {kname}[grid](...)")
+    wanted = dtype_name(dtype)
+    if dtype in (torch.float16, torch.bfloat16) and not any(wanted in seen for seen in launches[kname]):
+        seen = sorted({d for launch in launches[kname] for d in launch})
+        raise CheckFailed(f"{name} launches {kname} on {', '.join(seen)} tensors only, never on the {wanted} input: "
+                          f"a converted copy moves more bytes than the input itself; load {wanted} in the kernel "
+                          f"and convert there")
     problem = compare(result, reference(*args))
     if problem:
         raise CheckFailed(f"{name} launches {kname} but its result is wrong ({problem}): fix the checks above first")

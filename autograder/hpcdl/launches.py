@@ -15,10 +15,15 @@ from .guard import Guard, OutOfBounds
 _guarding_everything = False
 
 
+def dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
 @dataclass
 class LaunchLog:
     kernel_name: str
     grids: list = field(default_factory=list)
+    dtypes: list = field(default_factory=list)  # per launch: the dtypes of its tensor arguments, sorted
 
     @property
     def count(self) -> int:
@@ -89,6 +94,8 @@ def watch(kernel, *, guard: bool = True, skip: bool = False):
         if warmup:
             return launch(*args, **kwargs)
         log.grids.append(grid)
+        tensors = [*args, *kwargs.values()]
+        log.dtypes.append(sorted({dtype_name(t.dtype) for t in tensors if isinstance(t, torch.Tensor)}))
         if skip:
             return None
         if guard and not _guarding_everything:

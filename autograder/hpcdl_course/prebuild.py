@@ -81,7 +81,8 @@ def solution_builds(assignment: str) -> str | None:
             return (f"{assignment}: the solution's cells {processes.exit_reason(code)} while building its C++, so "
                     f"each submission builds its own:\n{processes.tail(output)}")
         count = _publish(tmp / "cache" / "builds")
-    return f"{assignment}: {count} build(s) of the solution's C++ ready for the sandboxes ({time.perf_counter() - start:.0f} s)"
+    seconds = time.perf_counter() - start
+    return f"{assignment}: {count} build(s) of the solution's C++ ready for the sandboxes ({seconds:.0f} s)"
 
 
 def _publish(staged: pathlib.Path) -> int:

@@ -212,10 +212,10 @@ class RemoteCallable(Elsewhere):
         names = [k.__name__ for k in kernels]
         reply = self._worker.request({"op": "call", **self._target(), "args": list(args), "checked": True,
                                       "kernels": names, "skip": skip}, what=f"{self.__name__}()")
-        launches = reply.get("launches") or {}
-        counts = {n: int(launches.get(n, 0)) if isinstance(launches, dict) else 0 for n in names}
+        launches = reply.get("launches") if isinstance(reply.get("launches"), dict) else {}
+        logs = {n: _launch_log(launches.get(n)) for n in names}
         modified = [int(i) for i in reply.get("modified") or [] if isinstance(i, int)]
-        return reply["result"], counts, modified
+        return reply["result"], logs, modified
 
     def alone_on_the_card(self):
         return clock.alone_on_the_card(self._worker)
@@ -249,6 +249,13 @@ class RemoteKernel:
 
     def __repr__(self):
         return f"<Triton kernel {self.__name__} in the grading worker>"
+
+
+def _launch_log(value) -> list:
+    """A kernel's launches as the worker reported them ([dtype names] per launch); anything else is none."""
+    if not isinstance(value, list):
+        return []
+    return [[d for d in launch if isinstance(d, str)] for launch in value if isinstance(launch, list)]
 
 
 def _handle_ref(obj) -> int:

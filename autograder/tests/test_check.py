@@ -125,6 +125,14 @@ def test_kernel_used_rejects_a_bypass():
         check.kernel_used(bypass, neg_kernel, inputs, reference, (100,), torch.float32)
 
 
+def test_kernel_used_wants_a_16_bit_input_read_by_the_kernel(capsys):
+    check.kernel_used(negate, neg_kernel, inputs, reference, (100,), torch.float16)
+    assert "launches neg_kernel" in capsys.readouterr().out
+    through_float32 = lambda x: negate(x.float()).to(x.dtype)  # noqa: E731
+    with pytest.raises(CheckFailed, match="on float32 tensors only, never on the float16 input"):
+        check.kernel_used(through_float32, neg_kernel, inputs, reference, (100,), torch.float16)
+
+
 def test_kernel_used_rejects_no_launch():
     with pytest.raises(CheckFailed, match="never launched neg_kernel"):
         check.kernel_used(lambda x: -x, neg_kernel, inputs, reference, (100,), torch.float32)

@@ -17,8 +17,8 @@ from hpcdl_course import cli, distribute, paths
 
 TOP_LEVEL = {".gitignore", distribute.MARKER, "Makefile", "README.md", "binder", "course", "env", "hpcdl",
              "pyproject.toml"}
-FORBIDDEN_PARTS = {"solutions", "autograder", "hpcdl_course", "hpcdl_grader", "tests", "benchmarks", "work", ".ci", "answers.toml",
-                   "nbgrader_config.py", "gradebook.db"}
+FORBIDDEN_PARTS = {"solutions", "autograder", "hpcdl_course", "hpcdl_grader", "tests", "benchmarks", "work", ".ci",
+                   "answers.toml", "nbgrader_config.py", "gradebook.db"}
 MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS")
 JUNK = {"__pycache__", ".ipynb_checkpoints", ".git"}
 

@@ -31,8 +31,9 @@ def test_readme_tables_are_made_from_the_latest_results():
 
 
 @pytest.mark.parametrize("assignment, graded", [("03_fused_softmax", ("softmax", "online_softmax")),
-                                                ("04_fused_mlp", ("bias_gelu", "linear_gelu"))],
-                         ids=["03", "04"])
+                                                ("04_fused_mlp", ("bias_gelu", "linear_gelu")),
+                                                ("05_int4_packing", ("int4_gemv",))],
+                         ids=["03", "04", "05"])
 def test_benchmark_thresholds_are_the_notebooks(assignment, graded):
     """The benchmarks read their thresholds from the notebook's speed cells (hpcdl_course.speed_contract), and
     the README's "now needs" from them: every requirement of a speed cell must be one a benchmark measures."""

@@ -98,20 +98,39 @@ hpcdl.plots.plot_roofline(peak_flops=51.07e12, peak_bandwidth=4248e9, title="NVI
 # `s = sum_k exp(x[k] - m)`. Count its FLOPs as one comparison (for `m`), one subtract, one exp, one add
 # (for `s`) and one divide per element. `m`, `s` and the exponentials stay on chip.
 #
-# - **Inputs:** none. **Outputs:** five Python numbers (`int` or `float`), in FLOP/byte. Write exact
+# To check your method, set five more names the same way, for the same computations at other shapes
+# or dtypes. The visible tests check their values, so a wrong way of counting fails there, in the lab:
+#
+# | name | computation | dtype |
+# |---|---|---|
+# | `VECTOR_ADD_FP16` | `out = x + y`, n elements each | fp16 |
+# | `MATMUL_FP32_SMALL` | `C = A @ B`, `A` 512 × 256 and `B` 256 × 128 (M = 512, K = 256, N = 128) | fp32 |
+# | `MATMUL_BF16_SMALL` | the same product in bf16 | bf16 |
+# | `SOFTMAX_ROW_FP16` | the row softmax, on an R × n matrix | fp16 |
+# | `GEMV_FP32_SMALL` | `y = W @ x`, `W` 100 × 300, `x` a vector of 300, `y` of 100 | fp32 |
+#
+# - **Inputs:** none. **Outputs:** ten Python numbers (`int` or `float`), in FLOP/byte. Write exact
 #   expressions such as `2 * 3 / (4 + 5)`, not rounded decimals.
-# - **Graded** (5 points, 1 per name): each value to within 0.1% of the answer, and `GEMV_FP16_8192` to
-#   within 0.001%, because its answer lies within 0.1% of a round number. The visible tests only check that
-#   each is a positive number; hidden tests check the values when your notebook is graded.
+# - **Graded** (5 points, 1 per name of the first table): each value to within 0.1% of the answer, and
+#   `GEMV_FP16_8192` to within 0.001%, because its answer lies within 0.1% of a round number. Each test
+#   checks its name's partner in the second table first (visible, with the expected value), then, hidden,
+#   the value of the first table's name when your notebook is graded.
 
 # %% [answer intensities]
-# Set VECTOR_ADD_FP32, MATMUL_FP32_4096, MATMUL_BF16_4096, SOFTMAX_ROW_FP32 and GEMV_FP16_8192 (FLOP/byte).
+# Set VECTOR_ADD_FP32, MATMUL_FP32_4096, MATMUL_BF16_4096, SOFTMAX_ROW_FP32 and GEMV_FP16_8192 (FLOP/byte),
+# and their partners VECTOR_ADD_FP16, MATMUL_FP32_SMALL, MATMUL_BF16_SMALL, SOFTMAX_ROW_FP16, GEMV_FP32_SMALL.
 ### BEGIN SOLUTION
 VECTOR_ADD_FP32 = 1 / (4 + 4 + 4)                             # 1 add; read x and y, write out
 MATMUL_FP32_4096 = 2 * 4096**3 / (4 * 3 * 4096**2)             # 2MNK; read A and B, write C
 MATMUL_BF16_4096 = 2 * 4096**3 / (2 * 3 * 4096**2)             # the same FLOPs, half the bytes
 SOFTMAX_ROW_FP32 = 5 / (4 + 4)                                 # 5 FLOPs per element; read x, write y
 GEMV_FP16_8192 = 2 * 8192**2 / (2 * (8192**2 + 8192 + 8192))  # 2MNK with N = 1; read W and x, write y
+
+VECTOR_ADD_FP16 = 1 / (2 + 2 + 2)
+MATMUL_FP32_SMALL = 2 * 512 * 128 * 256 / (4 * (512 * 256 + 256 * 128 + 512 * 128))
+MATMUL_BF16_SMALL = 2 * 512 * 128 * 256 / (2 * (512 * 256 + 256 * 128 + 512 * 128))
+SOFTMAX_ROW_FP16 = 5 / (2 + 2)
+GEMV_FP32_SMALL = 2 * 100 * 300 / (4 * (100 * 300 + 300 + 100))
 ### END SOLUTION
 
 # %% [markdown]
@@ -227,9 +246,10 @@ def bound_here(bandwidth: float, roofs: dict) -> dict:
 # %% [markdown]
 # ## Check your work
 #
-# The cells below are the graded tests; run them as often as you like. The tests of Exercise 1 only
-# check that each answer is a positive number: its value is checked by a hidden test when your notebook
-# is graded.
+# The cells below are the graded tests; run them as often as you like. The tests of Exercise 1 check
+# the values of the five partner names; the values of the first five are checked by hidden tests when
+# your notebook is graded. nbgrader's Validate passing means that the visible checks passed: hidden cases
+# (other values, shapes and ceilings) are graded too.
 
 # %% [locked test_helpers]
 P, B = 1.0e15, 4.0e12  # example ceilings: 1 PFLOP/s and 4 TB/s, so the ridge point is at exactly 250 FLOP/byte
@@ -243,30 +263,35 @@ def answer(name):
 
 # %% [test test_vector_add_fp32 1]
 hpcdl.check.number(answer("VECTOR_ADD_FP32"), name="VECTOR_ADD_FP32")
+hpcdl.check.close_to(answer("VECTOR_ADD_FP16"), 1 / 6, name="VECTOR_ADD_FP16", rel=1e-3)
 ### BEGIN HIDDEN TESTS
 hpcdl.check.close_to(answer("VECTOR_ADD_FP32"), 1 / 12, name="VECTOR_ADD_FP32", rel=1e-3, hidden=True)
 ### END HIDDEN TESTS
 
 # %% [test test_matmul_fp32_4096 1]
 hpcdl.check.number(answer("MATMUL_FP32_4096"), name="MATMUL_FP32_4096")
+hpcdl.check.close_to(answer("MATMUL_FP32_SMALL"), 256 / 7, name="MATMUL_FP32_SMALL", rel=1e-3)
 ### BEGIN HIDDEN TESTS
 hpcdl.check.close_to(answer("MATMUL_FP32_4096"), 4096 / 6, name="MATMUL_FP32_4096", rel=1e-3, hidden=True)
 ### END HIDDEN TESTS
 
 # %% [test test_matmul_bf16_4096 1]
 hpcdl.check.number(answer("MATMUL_BF16_4096"), name="MATMUL_BF16_4096")
+hpcdl.check.close_to(answer("MATMUL_BF16_SMALL"), 512 / 7, name="MATMUL_BF16_SMALL", rel=1e-3)
 ### BEGIN HIDDEN TESTS
 hpcdl.check.close_to(answer("MATMUL_BF16_4096"), 4096 / 3, name="MATMUL_BF16_4096", rel=1e-3, hidden=True)
 ### END HIDDEN TESTS
 
 # %% [test test_softmax_row_fp32 1]
 hpcdl.check.number(answer("SOFTMAX_ROW_FP32"), name="SOFTMAX_ROW_FP32")
+hpcdl.check.close_to(answer("SOFTMAX_ROW_FP16"), 5 / 4, name="SOFTMAX_ROW_FP16", rel=1e-3)
 ### BEGIN HIDDEN TESTS
 hpcdl.check.close_to(answer("SOFTMAX_ROW_FP32"), 5 / 8, name="SOFTMAX_ROW_FP32", rel=1e-3, hidden=True)
 ### END HIDDEN TESTS
 
 # %% [test test_gemv_fp16_8192 1]
 hpcdl.check.number(answer("GEMV_FP16_8192"), name="GEMV_FP16_8192")
+hpcdl.check.close_to(answer("GEMV_FP32_SMALL"), 75 / 152, name="GEMV_FP32_SMALL", rel=1e-3)
 ### BEGIN HIDDEN TESTS
 hpcdl.check.close_to(answer("GEMV_FP16_8192"), 8192 / 8194, name="GEMV_FP16_8192", rel=1e-5, hidden=True)
 ### END HIDDEN TESTS

@@ -89,14 +89,21 @@ def naive_softmax(x: torch.Tensor) -> torch.Tensor:
 # | `ONLINE_READS`, `ONLINE_WRITES` | the same for the two-pass online softmax (Exercise 3) |
 # | `BEST_SPEEDUP` | the fused kernel's best-case speedup: `naive_softmax`'s time over the fused kernel's, both moving their bytes at the same bandwidth |
 #
-# - **Inputs:** none. **Outputs:** seven Python numbers (`int` or `float`).
-# - **Graded** (3 points): the naive counts (1), the fused and online counts (1), the speedup (1). The
-#   visible tests only check that each is a positive number; hidden tests check the values when your
-#   notebook is graded.
+# To check your method, count the same seven for a masked softmax, `naive_softmax(x + mask)`, where `mask`
+# is a second M × N tensor (an attention mask of 0 and -inf values): set `MASKED_NAIVE_READS`,
+# `MASKED_NAIVE_WRITES`, `MASKED_FUSED_READS`, `MASKED_FUSED_WRITES`, `MASKED_ONLINE_READS`,
+# `MASKED_ONLINE_WRITES` and `MASKED_BEST_SPEEDUP`. Its fused and online kernels read `mask` wherever they
+# read `x`, and add the two on chip. The visible tests check these values, so a wrong way of counting
+# fails there, in the lab.
+#
+# - **Inputs:** none. **Outputs:** fourteen Python numbers (`int` or `float`).
+# - **Graded** (3 points): the naive counts (1), the fused and online counts (1), the speedup (1). Each
+#   test checks the masked partners first (visible, with the expected values), then, hidden, the values of
+#   the first seven when your notebook is graded.
 
 # %% [answer traffic]
 # Set NAIVE_READS, NAIVE_WRITES, FUSED_READS, FUSED_WRITES, ONLINE_READS, ONLINE_WRITES and BEST_SPEEDUP:
-# elements moved per element of x, by the conventions above.
+# elements moved per element of x, by the conventions above; then the same seven names with MASKED_ in front.
 ### BEGIN SOLUTION
 NAIVE_READS = 5      # amax, subtract, exp, sum and divide each read one M x N tensor
 NAIVE_WRITES = 3     # subtract, exp and divide each write one
@@ -105,6 +112,14 @@ FUSED_WRITES = 1
 ONLINE_READS = 2     # the row is read by both passes
 ONLINE_WRITES = 1
 BEST_SPEEDUP = (NAIVE_READS + NAIVE_WRITES) / (FUSED_READS + FUSED_WRITES)
+
+MASKED_NAIVE_READS = 2 + 5   # x + mask reads both, then naive_softmax's reads
+MASKED_NAIVE_WRITES = 1 + 3  # x + mask writes one
+MASKED_FUSED_READS = 2       # x and mask
+MASKED_FUSED_WRITES = 1
+MASKED_ONLINE_READS = 4      # x and mask, by both passes
+MASKED_ONLINE_WRITES = 1
+MASKED_BEST_SPEEDUP = (MASKED_NAIVE_READS + MASKED_NAIVE_WRITES) / (MASKED_FUSED_READS + MASKED_FUSED_WRITES)
 ### END SOLUTION
 
 # %% [markdown]
@@ -236,8 +251,9 @@ hpcdl.plots.plot_online_softmax(picture_row, block=8);
 #   `online_softmax_kernel`, one program per row. The running maximum and sum are kept in float32.
 # - **Errors:** those of Exercise 2.
 #
-# **Graded** (9 points): rows shorter than, as long as and longer than a block (3); rows of length 1,
-# rows with `-inf` entries, rows entirely `-inf`, large values (2); hidden tests with fresh random shapes and data (2); and, on a CUDA GPU only, speed at
+# **Graded** (9 points): rows shorter than, as long as and longer than a block, several blocks, and a row of
+# over 2**20 columns (3); rows of length 1, rows with `-inf` entries, rows entirely `-inf`, large values (2);
+# hidden tests with fresh random shapes, data and blocks (2); and, on a CUDA GPU only, speed at
 # 1024 × 65536 float32 (2).
 #
 # *Speed hint:* the second pass can walk the blocks backwards. The blocks read last by the first pass are
@@ -302,7 +318,8 @@ def online_softmax(x: torch.Tensor, block: int = 8192) -> torch.Tensor:
 # writes shows up), and runs your kernel on padded copies of its tensors (so a write past the end is
 # reported). A failure names the shape, dtype and seed; pass `seed=...` to `hpcdl.check.outputs` to
 # replay it. The reference is `torch.softmax` computed in float64 and rounded once to the input's dtype,
-# with zeros for rows of only `-inf`.
+# with zeros for rows of only `-inf`. nbgrader's Validate passing means that the visible checks passed:
+# hidden cases (other shapes and values, and Exercise 1's own counts) are graded too.
 
 # %% [locked test_helpers]
 TEST_BLOCK = 64  # the block the online tests pass: small, so that long rows are cheap on a CPU
@@ -357,9 +374,9 @@ def transposed(shape, dtype, generator):
     return (hpcdl.check.random_tensor((cols, rows), dtype, generator=generator).t(),)
 
 
-def with_block(make):
-    """Inputs from `make`, plus TEST_BLOCK as online_softmax's block."""
-    return lambda shape, dtype, generator: make(shape, dtype, generator) + (TEST_BLOCK,)
+def with_block(make, block=TEST_BLOCK):
+    """Inputs from `make`, plus `block` (TEST_BLOCK unless given) as online_softmax's block."""
+    return lambda shape, dtype, generator: make(shape, dtype, generator) + (block,)
 
 
 def with_minus_inf(shape, dtype, generator):
@@ -401,6 +418,8 @@ def speed_matrix(rows, cols):
 # %% [test test_traffic_naive 1]
 hpcdl.check.number(NAIVE_READS, name="NAIVE_READS")
 hpcdl.check.number(NAIVE_WRITES, name="NAIVE_WRITES")
+hpcdl.check.close_to(MASKED_NAIVE_READS, 7, name="MASKED_NAIVE_READS", rel=1e-6)
+hpcdl.check.close_to(MASKED_NAIVE_WRITES, 4, name="MASKED_NAIVE_WRITES", rel=1e-6)
 ### BEGIN HIDDEN TESTS
 hpcdl.check.close_to(NAIVE_READS, 5, name="NAIVE_READS", rel=1e-6, hidden=True)
 hpcdl.check.close_to(NAIVE_WRITES, 3, name="NAIVE_WRITES", rel=1e-6, hidden=True)
@@ -410,6 +429,11 @@ hpcdl.check.close_to(NAIVE_WRITES, 3, name="NAIVE_WRITES", rel=1e-6, hidden=True
 for value, name in [(FUSED_READS, "FUSED_READS"), (FUSED_WRITES, "FUSED_WRITES"),
                     (ONLINE_READS, "ONLINE_READS"), (ONLINE_WRITES, "ONLINE_WRITES")]:
     hpcdl.check.number(value, name=name)
+for value, expected, name in [(MASKED_FUSED_READS, 2, "MASKED_FUSED_READS"),
+                              (MASKED_FUSED_WRITES, 1, "MASKED_FUSED_WRITES"),
+                              (MASKED_ONLINE_READS, 4, "MASKED_ONLINE_READS"),
+                              (MASKED_ONLINE_WRITES, 1, "MASKED_ONLINE_WRITES")]:
+    hpcdl.check.close_to(value, expected, name=name, rel=1e-6)
 ### BEGIN HIDDEN TESTS
 for value, expected, name in [(FUSED_READS, 1, "FUSED_READS"), (FUSED_WRITES, 1, "FUSED_WRITES"),
                               (ONLINE_READS, 2, "ONLINE_READS"), (ONLINE_WRITES, 1, "ONLINE_WRITES")]:
@@ -418,6 +442,7 @@ for value, expected, name in [(FUSED_READS, 1, "FUSED_READS"), (FUSED_WRITES, 1,
 
 # %% [test test_best_speedup 1]
 hpcdl.check.number(BEST_SPEEDUP, name="BEST_SPEEDUP")
+hpcdl.check.close_to(MASKED_BEST_SPEEDUP, 11 / 3, name="MASKED_BEST_SPEEDUP", rel=1e-3)
 ### BEGIN HIDDEN TESTS
 hpcdl.check.close_to(BEST_SPEEDUP, 4, name="BEST_SPEEDUP", rel=1e-3, hidden=True)
 ### END HIDDEN TESTS
@@ -463,6 +488,8 @@ for fn in (softmax, online_softmax):
 # ran in your process, so when graded a failure here is reported to your instructor instead of
 # costing points.
 hpcdl.check.kernel_used(softmax, softmax_kernel, matrix, softmax_reference, (33, 77), torch.float32)
+# In float16 the kernel itself must read the float16 input: through a float32 copy, five times the bytes move.
+hpcdl.check.kernel_used(softmax, softmax_kernel, matrix, softmax_reference, (33, 77), torch.float16)
 
 # %% [test test_softmax_hidden 2]
 # Hidden tests: fresh random shapes and data, layouts and large values. They run when your
@@ -489,6 +516,8 @@ if not hpcdl.ON_GPU:  # the interpreter's bfloat16 arithmetic is wrong: only che
 # ### Exercise 3
 #
 # These tests pass `block=TEST_BLOCK` (64), so rows of a few hundred columns already span several blocks.
+# They also pass other blocks: one that does not divide the row length, one longer than the row, and, for
+# a row longer than the largest block Triton allows (2**20 elements), 2**14.
 
 # %% [test test_online 3]
 lengths = [((5, 37), torch.float32), ((4, 64), torch.float32), ((3, 65), torch.float32),
@@ -507,6 +536,14 @@ hpcdl.check.outputs(online_softmax, softmax_reference, with_block(transposed),
 hpcdl.check.outputs(online_softmax, softmax_reference, with_block(peaked),
                     [((2, 16385), torch.float16)],
                     kernels=[online_softmax_kernel], name="online_softmax (a peak and a long tail)")
+for block in (16, 128, 1024):  # 300 columns: no block divides them; 1024 is longer than the row
+    hpcdl.check.outputs(online_softmax, softmax_reference, with_block(matrix, block),
+                        [((4, 300), torch.float32)],
+                        kernels=[online_softmax_kernel], name=f"online_softmax (block={block})")
+hpcdl.check.outputs(online_softmax, softmax_reference, with_block(matrix, 2**14),
+                    [((1, 2**20 + 3), torch.float32)],
+                    kernels=[online_softmax_kernel],
+                    name="online_softmax (a row longer than Triton's largest block, block=2**14)")
 
 # %% [test test_online_edge_cases 2]
 hpcdl.check.outputs(online_softmax, softmax_reference, with_block(matrix),
@@ -549,6 +586,9 @@ hpcdl.check.outputs(online_softmax, softmax_reference, with_minus_inf, hidden_mi
                     kernels=[online_softmax_kernel], hidden=True)
 hpcdl.check.outputs(online_softmax, softmax_reference, with_block(large_matrix), hidden_online_cases(hidden_rng, 2),
                     kernels=[online_softmax_kernel], hidden=True)
+for hidden_block in hidden_rng.sample([16, 32, 128, 256, 2048], 2):  # other blocks, on rows of other lengths
+    hpcdl.check.outputs(online_softmax, softmax_reference, with_block(matrix, hidden_block),
+                        hidden_online_cases(hidden_rng, 2), kernels=[online_softmax_kernel], hidden=True)
 if hpcdl.ON_GPU:  # rows several times longer than the default block
     hpcdl.check.outputs(online_softmax, softmax_reference, matrix, [((3, 100003), torch.float32)],
                         kernels=[online_softmax_kernel], hidden=True)

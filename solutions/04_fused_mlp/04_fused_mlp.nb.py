@@ -132,13 +132,22 @@ def eager_bias_gelu(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
 # | `EAGER_TRAFFIC` | M × N tensors read plus written by `eager_bias_gelu` |
 # | `FUSED_TRAFFIC` | the same for one kernel that reads `x` once and writes the result once |
 #
-# **Graded** (1 point): the visible test checks that both are positive numbers; hidden tests check the values.
+# To check your method, count the same for a block with a residual connection,
+# `F.gelu(x + bias, approximate="tanh") + residual`, where `residual` is a second M × N tensor: set
+# `RESIDUAL_EAGER_TRAFFIC` (its three PyTorch operations) and `RESIDUAL_FUSED_TRAFFIC` (one kernel that
+# reads `x` and `residual` once each and writes the result once).
+#
+# **Graded** (1 point): the visible test checks the two residual counts, with their expected values, so a
+# wrong way of counting fails there, in the lab; hidden tests check `EAGER_TRAFFIC` and `FUSED_TRAFFIC`.
 
 # %% [answer traffic]
-# Set EAGER_TRAFFIC and FUSED_TRAFFIC: M x N tensors read plus written.
+# Set EAGER_TRAFFIC and FUSED_TRAFFIC, RESIDUAL_EAGER_TRAFFIC and RESIDUAL_FUSED_TRAFFIC: M x N tensors read
+# plus written.
 ### BEGIN SOLUTION
 EAGER_TRAFFIC = 4  # x + bias: read x, write t; gelu: read t, write the result
 FUSED_TRAFFIC = 2  # read x, write the result
+RESIDUAL_EAGER_TRAFFIC = 2 + 2 + 3  # x + bias, gelu, then + residual: reads two tensors, writes one
+RESIDUAL_FUSED_TRAFFIC = 3          # read x and residual, write the result
 ### END SOLUTION
 
 # %% [markdown]
@@ -488,7 +497,8 @@ class FusedMLP(nn.Module):
 # inputs, fills memory your code allocates with `torch.empty*` with NaN, and runs your kernels on padded
 # copies of their tensors (a write past the end is reported). A failure names the shape, dtype and seed; pass
 # `seed=...` to `hpcdl.check.outputs` to replay it. References are computed in float64 and rounded once to
-# the inputs' dtype.
+# the inputs' dtype. nbgrader's Validate passing means that the visible checks passed: hidden cases (other
+# shapes and values, and the counts of 1b) are graded too.
 
 # %% [locked test_helpers]
 def bias_gelu_reference(x, bias):
@@ -614,6 +624,8 @@ for low, high in [(0.0, 1.0), (-1.0, 0.5)] + [(-hidden_rng.uniform(0, 8), hidden
 # %% [test test_traffic 1]
 hpcdl.check.number(EAGER_TRAFFIC, name="EAGER_TRAFFIC")
 hpcdl.check.number(FUSED_TRAFFIC, name="FUSED_TRAFFIC")
+hpcdl.check.close_to(RESIDUAL_EAGER_TRAFFIC, 7, name="RESIDUAL_EAGER_TRAFFIC", rel=1e-6)
+hpcdl.check.close_to(RESIDUAL_FUSED_TRAFFIC, 3, name="RESIDUAL_FUSED_TRAFFIC", rel=1e-6)
 ### BEGIN HIDDEN TESTS
 hpcdl.check.close_to(EAGER_TRAFFIC, 4, name="EAGER_TRAFFIC", rel=1e-6, hidden=True)
 hpcdl.check.close_to(FUSED_TRAFFIC, 2, name="FUSED_TRAFFIC", rel=1e-6, hidden=True)
