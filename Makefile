@@ -51,7 +51,7 @@ test: test-tools setup
 .PHONY: check-notebook
 check-notebook: grade-tools setup
 	@if [ -z "$(NB)" ]; then echo "usage: make check-notebook NB=01_vector_add"; exit 2; fi
-	$(PY) -m pytest autograder/tests -p no:xdist -v -m "notebook and not browser" --nb="$(NB)" $(PYTEST_ARGS)
+	$(PY) -m pytest autograder/tests -p no:xdist -v -m "notebook and not browser" --nb="$(NB)" --selfcheck-all $(PYTEST_ARGS)
 
 # Run before set-up: what test and grade need outside the venv (env/system-tools.sh). test: bubblewrap
 # and Chromium, installed as root with apt-get, else named in one line; grade: a sandbox that works.

@@ -12,7 +12,8 @@ class Elsewhere:
     """A function that runs in another process."""
 
     def invoke(self, args, kernels=(), *, skip=False):
-        """hpcdl.check.invoke's steps, run where the function lives: (result, {kernel: launches}, modified)."""
+        """hpcdl.check.invoke's steps, run where the function lives: (result, launches, modified),
+        launches being {kernel: [the sorted dtypes of its tensor arguments, one list per launch]}."""
         raise NotImplementedError
 
     def alone_on_the_card(self):

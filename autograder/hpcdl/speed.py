@@ -55,7 +55,8 @@ def _check_result(fn, args, reference, name):
             raise CheckFailed(f"{name} is wrong on the timed inputs: {problem}")
 
 
-def _synchronize():
+def synchronize():
+    """Wait for the card (nothing to wait for on a CPU)."""
     if ON_GPU:
         torch.cuda.synchronize()
 
@@ -78,11 +79,11 @@ def wake_the_card(seconds=WAKE_SECONDS):
 
 def batch_seconds(fn, sets) -> float:
     """Wall-clock seconds per call of fn over distinct argument sets, one batch, synchronized."""
-    _synchronize()
+    synchronize()
     start = time.perf_counter()
     for args in sets:
         fn(*args)
-    _synchronize()
+    synchronize()
     return (time.perf_counter() - start) / len(sets)
 
 

@@ -18,7 +18,8 @@ import torch
 
 from hpcdl.check import CheckFailed, compare, generator, new_seed, random_tensor
 from hpcdl.device import DEVICE, ON_GPU
-from hpcdl.speed import BATCH_CALLS, BATCH_REPEATS, WAKE_SECONDS, ImpossibleSpeed, batch_seconds, wake_the_card
+from hpcdl.speed import (BATCH_CALLS, BATCH_REPEATS, WAKE_SECONDS, ImpossibleSpeed, batch_seconds, synchronize,
+                         wake_the_card)
 
 from . import wire
 
@@ -26,11 +27,6 @@ VERIFIED_PER_BATCH = 2
 CALIBRATION_ELEMENTS = 1 << 24 if ON_GPU else 1 << 12  # on a CPU speed is not graded: only the path is tested
 CALIBRATION_CELL = "import torch\n\ndef add(x, y):\n    return torch.add(x, y)\n"
 _overheads = {}
-
-
-def _synchronize():
-    if ON_GPU:
-        torch.cuda.synchronize()
 
 
 def seconds_per_call(worker, target: dict, make_args, reference, name: str) -> tuple:
@@ -93,7 +89,7 @@ def timed_seconds(worker, target: dict, make_args, reference, name: str, overhea
         worker.request({"op": "wake", "wake_s": WAKE_SECONDS}, what=f"waking the card for {name}")
         # The clock stops when an element of every output has arrived: the worker cannot reply before its work
         # is done (these elements are checked below), whatever its own code says about synchronizing.
-        _synchronize()
+        synchronize()
         start = time.perf_counter()
         picked = worker.request(request, what=name)["picked"]
         elapsed = time.perf_counter() - start
@@ -115,10 +111,10 @@ def _drawing_seconds(sets) -> float:
     message = wire.encode({"sets": sets}, side="checker")
     best = float("inf")
     for _ in range(3):
-        _synchronize()
+        synchronize()
         start = time.perf_counter()
         decoded = wire.receive(io.BytesIO(message), DEVICE, lambda ref: None, side="worker")
-        _synchronize()
+        synchronize()
         best = min(best, time.perf_counter() - start)
         del decoded
     return best

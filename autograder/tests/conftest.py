@@ -41,6 +41,9 @@ def pytest_addoption(parser):
                     help="grade only the answer fixtures, not the solution and release (with "
                          "-k test_fixture_scores_as_declared: a GPU grades one notebook's fixtures over several calls)")
     group.addoption("--cheats", default="", metavar="NAMES", help="grade only these cheats of cheats.toml")
+    group.addoption("--selfcheck-all", action="store_true",
+                    help="run every answer fixture in one kernel (test_selfcheck.py), not only a cover of the "
+                         "graded cells (make check-notebook sets it)")
     group.addoption("--work", default="", metavar="DIR",
                     help="the grading work folder (default: a temporary one); gpu_run.sh reads the graded "
                          "notebooks from it (no xdist: workers would share it)")
@@ -54,7 +57,8 @@ def pytest_configure(config):
     if config.getoption("work"):
         os.environ["HPCDL_WORK"] = str(pathlib.Path(config.getoption("work")).resolve())
     selection.configure(config.getoption("nb"), config.getoption("grade_only"),
-                        config.getoption("grade_fixtures_only"), config.getoption("cheats"))
+                        config.getoption("grade_fixtures_only"), config.getoption("cheats"),
+                        config.getoption("selfcheck_all"))
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by mark

@@ -12,6 +12,7 @@ ASSIGNMENTS = list(paths.assignments())  # notebooks graded: all, or those named
 GRADE_ONLY: set = set()  # answer fixtures graded (empty: all)
 GRADE_FIXTURES_ONLY = False  # grade only the fixtures, not the solution and the release
 CHEATS: set = set()  # cheats graded (empty: all)
+SELFCHECK_ALL = False  # run every fixture in one kernel, not only test_selfcheck.cover()'s
 # The environment variables these options replaced: conftest.py refuses them (set, they would do nothing).
 RETIRED = {"HPCDL_NB": "--nb", "HPCDL_GRADE_ONLY": "--grade-only", "HPCDL_GRADE_FIXTURES_ONLY": "--grade-fixtures-only",
            "HPCDL_CHEATS": "--cheats", "HPCDL_TEST_WORK": "--work"}
@@ -21,8 +22,8 @@ def names(value: str) -> list:
     return [n for n in (value or "").split(",") if n]
 
 
-def configure(nb: str, grade_only: str, grade_fixtures_only: bool, cheats: str) -> None:
-    global GRADE_FIXTURES_ONLY
+def configure(nb: str, grade_only: str, grade_fixtures_only: bool, cheats: str, selfcheck_all: bool) -> None:
+    global GRADE_FIXTURES_ONLY, SELFCHECK_ALL
     named = names(nb)
     unknown = sorted(set(named) - set(paths.assignments()))
     if unknown:
@@ -32,6 +33,7 @@ def configure(nb: str, grade_only: str, grade_fixtures_only: bool, cheats: str) 
     GRADE_ONLY.clear()
     GRADE_ONLY.update(names(grade_only))
     GRADE_FIXTURES_ONLY = grade_fixtures_only
+    SELFCHECK_ALL = selfcheck_all
     CHEATS.clear()
     CHEATS.update(names(cheats))
 

@@ -3,11 +3,16 @@ it in JupyterLab (and as nbgrader's own Execute would grade it), and graded by `
 cells in the checker, answers in the sandboxed worker). Every right and wrong fixture is run the
 one-kernel way, hidden tests included (the source notebook with the fixture's answers), and compared
 cell by cell with its graded verdicts from test_grading.py's run.
+
+`make test` runs a cover of each notebook's fixtures in one kernel, not all of them: the solution (every cell
+passes both ways) and the fewest wrong answers that between them fail every graded cell (every cell fails
+both ways), chosen in `cover()`. `make check-notebook` (`--selfcheck-all`) runs every fixture.
 """
 import nbclient
 import pytest
 
 from hpcdl_course import answers, paths
+import selection
 from selection import ASSIGNMENTS
 from test_grading import failed_cells, fixtures, graded, student  # noqa: F401 (graded is a fixture)
 from hpcdl_course import cells as roles
@@ -15,9 +20,24 @@ from hpcdl_course import cells as roles
 pytestmark = pytest.mark.slow
 
 
+def cover(assignment) -> list:
+    """Fixtures whose `fails` cover every graded cell but the speed cells (no CPU grades those), fewest first
+    by a greedy pick: the fixture that fails most cells not yet covered, the earlier one in answers.toml on a tie."""
+    wrong = [f for f in fixtures(assignment) if not f.right]
+    left = set().union(set(), *(f.fails for f in wrong)) - answers.speed_cells(assignment)
+    chosen = []
+    while left:
+        best = max(wrong, key=lambda f: len(f.fails & left))
+        chosen.append(best)
+        left -= best.fails
+    return chosen
+
+
 def _cases():
+    def run(a):
+        return fixtures(a) if selection.SELFCHECK_ALL else cover(a)
     return [pytest.param(a, name, marks=pytest.mark.xdist_group(a), id=f"{a}-{name}")
-            for a in ASSIGNMENTS for name in ["solution"] + [f.name for f in fixtures(a)]]
+            for a in ASSIGNMENTS for name in ["solution"] + [f.name for f in run(a)]]
 
 
 def _failed_in_one_kernel(assignment, name) -> set:
