@@ -9,6 +9,7 @@ grading worker, and it is an hpcdl.elsewhere.Elsewhere: it is timed by the check
 (hpcdl_grader.clock, which also says what that clock does to keep a submission honest), and the
 yardsticks are measured here while nothing of the worker's runs on the card.
 """
+import math
 import os
 import time
 
@@ -23,8 +24,12 @@ from .timing import time_function
 # No kernel that reads and writes its bytes once beats a plain copy by much; past this, it was not
 # measured honestly (or it did not do the work).
 PHYSICAL_LIMIT = 1.10
-# A yardstick is timed over batches of this many calls on distinct inputs, the least of this many batches.
+# A yardstick is timed over batches of at least this many calls on distinct inputs, the least of this many batches.
 BATCH_CALLS, BATCH_REPEATS = 20, 5
+# A batch is made long enough to last this long (a batch of 20 calls of a 10-microsecond kernel is shorter than
+# the millisecond that timing a batch from the checker costs, so noise would swamp it), with at most this
+# many calls and this many bytes of distinct inputs (the checker and the worker each hold a batch's inputs).
+BATCH_TARGET_SECONDS, MAX_BATCH_CALLS, MAX_BATCH_BYTES = 0.02, 2000, 4 << 30
 
 
 class SpeedNotGraded(CheckFailed):
@@ -87,13 +92,34 @@ def batch_seconds(fn, sets) -> float:
     return (time.perf_counter() - start) / len(sets)
 
 
+def input_bytes(args) -> int:
+    return sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
+
+
+def calls_per_batch(seconds_per_call: float, bytes_per_call: int) -> int:
+    """Calls in a timed batch: enough for BATCH_TARGET_SECONDS at seconds_per_call (measured on a batch of
+    BATCH_CALLS), never fewer than BATCH_CALLS, at most MAX_BATCH_CALLS and MAX_BATCH_BYTES of inputs."""
+    wanted = math.ceil(BATCH_TARGET_SECONDS / max(seconds_per_call, 1e-9))
+    room = MAX_BATCH_BYTES // max(bytes_per_call, 1)
+    return max(BATCH_CALLS, min(wanted, room, MAX_BATCH_CALLS))
+
+
+def local_seconds(fn, make_args) -> float:
+    """Seconds per call of fn in this process over distinct inputs per call: a warm-up batch, a batch that sizes
+    the rest (calls_per_batch), then the least of BATCH_REPEATS batches of that size."""
+    sets = [make_args() for _ in range(BATCH_CALLS)]
+    batch_seconds(fn, sets)
+    calls = calls_per_batch(batch_seconds(fn, sets), input_bytes(sets[0]))
+    sets += [make_args() for _ in range(calls - len(sets))]
+    return min(batch_seconds(fn, sets) for _ in range(BATCH_REPEATS))
+
+
 def _copy_bandwidth_like(nbytes: int) -> float:
     """This card's copy bandwidth (bytes read + written per second), measured the way remote calls are."""
     n = max(nbytes // 8, 1 << 20)
-    sets = [(torch.empty(n, dtype=torch.float32, device="cuda"), torch.rand(n, device="cuda"))
-            for _ in range(BATCH_CALLS)]
-    best = min(batch_seconds(lambda dst, src: dst.copy_(src), sets) for _ in range(BATCH_REPEATS))
-    return 8 * n / best
+    seconds = local_seconds(lambda dst, src: dst.copy_(src),
+                            lambda: (torch.empty(n, dtype=torch.float32, device="cuda"), torch.rand(n, device="cuda")))
+    return 8 * n / seconds
 
 
 def bandwidth_fraction(fn, make_args, *, bytes_moved: int, min_fraction: float, name: str, reference=None) -> None:
@@ -130,10 +156,7 @@ def speedup(fn, baseline, make_args, *, min_speedup: float, name: str, baseline_
         return
     if isinstance(fn, Elsewhere):
         with fn.alone_on_the_card():
-            sets = [make_args() for _ in range(BATCH_CALLS)]
-            batch_seconds(baseline, sets)
-            t_base = min(batch_seconds(baseline, sets) for _ in range(BATCH_REPEATS))
-            del sets
+            t_base = local_seconds(baseline, make_args)
             peak = _copy_bandwidth_like(bytes_moved) if bytes_moved else None
         t_fn, _ = fn.seconds_per_call(make_args, reference, name)
     else:

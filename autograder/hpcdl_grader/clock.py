@@ -9,6 +9,7 @@ drawing the inputs costs, and what a batch of trusted torch.add pays beyond its 
 while the worker's processes are stopped and the card, by its copy speed, runs nothing of theirs.
 """
 import contextlib
+import functools
 import io
 import random
 import statistics
@@ -18,8 +19,8 @@ import torch
 
 from hpcdl.check import CheckFailed, compare, generator, new_seed, random_tensor
 from hpcdl.device import DEVICE, ON_GPU
-from hpcdl.speed import (BATCH_CALLS, BATCH_REPEATS, WAKE_SECONDS, ImpossibleSpeed, batch_seconds, synchronize,
-                         wake_the_card)
+from hpcdl.speed import (BATCH_CALLS, BATCH_REPEATS, WAKE_SECONDS, ImpossibleSpeed, batch_seconds, calls_per_batch,
+                         input_bytes, synchronize, wake_the_card)
 
 from . import wire
 
@@ -61,7 +62,8 @@ def batch_overhead(worker) -> float:
                          what="the calibration worker")
             samples = []
             for _ in range(3):
-                remote_s = timed_seconds(echo, {"name": "add"}, _calibration_inputs, torch.add, "the calibration", 0.0)
+                remote_s = timed_seconds(echo, {"name": "add"}, _calibration_inputs, torch.add, "the calibration", 0.0,
+                                         calls=BATCH_CALLS)
                 sets = [_calibration_inputs() for _ in range(BATCH_CALLS)]
                 wake_the_card()
                 batch_seconds(torch.add, sets)  # warm-up, as the remote batches have one
@@ -74,35 +76,42 @@ def batch_overhead(worker) -> float:
     return _overheads[key]
 
 
-def timed_seconds(worker, target: dict, make_args, reference, name: str, overhead: float) -> float:
+def timed_seconds(worker, target: dict, make_args, reference, name: str, overhead: float,
+                  calls: int | None = None) -> float:
     """Median seconds per call of the worker's function `target`, timed by this process's clock, less the
     overhead of a batch (measured apart, see batch_overhead) and less what drawing the batch's inputs costs.
+    A warm-up batch (it compiles) and a batch of BATCH_CALLS that sizes the counted ones (hpcdl.speed's
+    calls_per_batch), unless `calls` fixes their size; then the median of BATCH_REPEATS batches.
 
     The inputs travel in the timed request itself and the worker draws them as it decodes it, after the clock
     has started: a thread of the learner's cannot start on them early. Drawing them is timed here, on this
     card, by decoding the same request (the worker's decoder, this process's code), and taken off."""
-    times = []
-    for repeat in range(BATCH_REPEATS + 1):  # the first batch compiles and warms up: not counted
-        sets = [make_args() for _ in range(BATCH_CALLS)]
-        positions = [random.randrange(1 << 62) for _ in sets]
-        request = {"op": "run_timed", **target, "sets": sets, "positions": positions}
-        worker.request({"op": "wake", "wake_s": WAKE_SECONDS}, what=f"waking the card for {name}")
-        # The clock stops when an element of every output has arrived: the worker cannot reply before its work
-        # is done (these elements are checked below), whatever its own code says about synchronizing.
-        synchronize()
-        start = time.perf_counter()
-        picked = worker.request(request, what=name)["picked"]
-        elapsed = time.perf_counter() - start
-        verified = random.Random().sample(range(BATCH_CALLS), VERIFIED_PER_BATCH)
-        whole = {i: worker.request({"op": "fetch", "index": i}, what=f"the output of {name}")["result"]
-                 for i in verified}
-        seconds = max(elapsed - overhead - _drawing_seconds(sets), 1e-9) / BATCH_CALLS
-        if reference is not None:
-            _check_batch(picked, whole, reference, sets, positions, name)
-        if repeat:
-            times.append(seconds)
-        del sets, request, whole
-    return statistics.median(times)
+    timed = functools.partial(_batch_seconds, worker, target, make_args, reference, name, overhead)
+    timed(BATCH_CALLS)
+    if calls is None:
+        calls = calls_per_batch(*timed(BATCH_CALLS))
+    return statistics.median(timed(calls)[0] for _ in range(BATCH_REPEATS))
+
+
+def _batch_seconds(worker, target, make_args, reference, name, overhead, calls) -> tuple:
+    """(seconds per call of one timed batch of `calls` calls, bytes of one call's inputs), its outputs checked."""
+    sets = [make_args() for _ in range(calls)]
+    positions = [random.randrange(1 << 62) for _ in sets]
+    request = {"op": "run_timed", **target, "sets": sets, "positions": positions}
+    worker.request({"op": "wake", "wake_s": WAKE_SECONDS}, what=f"waking the card for {name}")
+    # The clock stops when an element of every output has arrived: the worker cannot reply before its work
+    # is done (these elements are checked below), whatever its own code says about synchronizing.
+    synchronize()
+    start = time.perf_counter()
+    picked = worker.request(request, what=name)["picked"]
+    elapsed = time.perf_counter() - start
+    verified = random.Random().sample(range(calls), VERIFIED_PER_BATCH)
+    whole = {i: worker.request({"op": "fetch", "index": i}, what=f"the output of {name}")["result"]
+             for i in verified}
+    seconds = max(elapsed - overhead - _drawing_seconds(sets), 1e-9) / calls
+    if reference is not None:
+        _check_batch(picked, whole, reference, sets, positions, name)
+    return seconds, input_bytes(sets[0])
 
 
 def _drawing_seconds(sets) -> float:

@@ -1,4 +1,5 @@
 import json
+import time
 
 import pytest
 import torch
@@ -57,3 +58,31 @@ def test_validate_passes_speed_cells_without_a_gpu_but_grading_fails_them(monkey
     monkeypatch.delenv("NBGRADER_EXECUTION")
     with pytest.raises(hpcdl.speed.SpeedNotGraded):
         run()
+
+
+def test_a_batch_is_sized_to_last_long_enough_within_its_memory():
+    mib = 1 << 20
+    assert speed.calls_per_batch(10e-6, mib) == 2000  # 2000 calls of 10 us: 20 ms, the cap
+    assert speed.calls_per_batch(100e-6, mib) == 200  # 20 ms
+    assert speed.calls_per_batch(10e-6, 33 * mib) == speed.MAX_BATCH_BYTES // (33 * mib)  # int4 GEMV's 33 MiB
+    assert speed.calls_per_batch(5e-3, mib) == speed.BATCH_CALLS  # long kernels: never fewer than 20
+    assert speed.calls_per_batch(10e-6, 1 << 30) == speed.BATCH_CALLS
+
+
+def test_local_batches_have_the_sized_number_of_distinct_inputs(monkeypatch):
+    monkeypatch.setattr(speed, "BATCH_TARGET_SECONDS", 0.3)
+    drawn, seen = [], []
+    x = torch.rand(10)
+
+    def make_args():
+        drawn.append(x.clone())
+        return (drawn[-1],)
+
+    def fn(t):
+        seen.append(id(t))
+        time.sleep(0.005)
+
+    seconds = speed.local_seconds(fn, make_args)
+    calls = len(seen) - 2 * speed.BATCH_CALLS
+    assert calls == speed.BATCH_REPEATS * len(drawn) and 60 >= len(drawn) >= 40  # 0.3 s at 5 ms a call
+    assert 0.005 <= seconds < 0.03
