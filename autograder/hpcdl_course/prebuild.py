@@ -9,6 +9,7 @@ submission finds a build only by holding its exact source. A submission whose so
 it (hpcdl.build looks there first); any other source is built in the submission's own sandbox, and
 nothing a submission builds is ever loaded by another.
 """
+import hashlib
 import json
 import os
 import pathlib
@@ -66,6 +67,10 @@ def solution_builds(assignment: str) -> str | None:
     sources = _cells_to_run(assignment)
     if not sources:
         return None
+    manifest = paths.work() / f"prebuilt-{assignment}.json"
+    key = _key(sources)
+    if _still_published(manifest, key):
+        return f"{assignment}: the solution's C++ is still prebuilt from an earlier run (same source, same tools)"
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="hpcdl-prebuild-") as tmp:
         tmp = pathlib.Path(tmp)
@@ -80,17 +85,39 @@ def solution_builds(assignment: str) -> str | None:
         if code != 0:
             return (f"{assignment}: the solution's cells {processes.exit_reason(code)} while building its C++, so "
                     f"each submission builds its own:\n{processes.tail(output)}")
-        count = _publish(tmp / "cache" / "builds")
+        published = _publish(tmp / "cache" / "builds")
+    manifest.write_text(json.dumps({"key": key, "builds": published}))
+    count = len(published)
     seconds = time.perf_counter() - start
     return f"{assignment}: {count} build(s) of the solution's C++ ready for the sandboxes ({seconds:.0f} s)"
 
 
-def _publish(staged: pathlib.Path) -> int:
-    """Copy each finished build's marker and product into folder(), which then cannot be listed."""
+def _key(sources: list) -> str:
+    """What the builds depend on: the cells, the Python and torch they were built for, and hpcdl.build itself."""
+    import torch
+
+    from hpcdl import build
+
+    parts = [json.dumps(sources), sys.version, torch.__version__, pathlib.Path(build.__file__).read_text()]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _still_published(manifest: pathlib.Path, key: str) -> bool:
+    """An earlier run of the same cells published builds that are all still there (`make grade` again)."""
+    try:
+        earlier = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return False
+    return (earlier.get("key") == key and bool(earlier.get("builds"))
+            and all((folder() / name / "built").is_file() for name in earlier["builds"]))
+
+
+def _publish(staged: pathlib.Path) -> list:
+    """Copy each finished build's marker and product into folder(), which then cannot be listed; their names."""
     target = folder()
     target.mkdir(parents=True, exist_ok=True)
     target.chmod(LISTABLE)
-    count = 0
+    names = []
     try:
         for build in sorted(staged.iterdir()) if staged.is_dir() else []:
             name = build.name.rsplit("-", 1)[0]
@@ -102,7 +129,7 @@ def _publish(staged: pathlib.Path) -> int:
             published.mkdir()
             for p in [*products, build / "built"]:
                 shutil.copy2(p, published / p.name)
-            count += 1
+            names.append(build.name)
     finally:
         target.chmod(TRAVERSE_ONLY)
-    return count
+    return names

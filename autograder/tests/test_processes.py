@@ -158,6 +158,18 @@ def test_the_solutions_build_is_paid_once_and_cannot_be_listed(graded, monkeypat
 
 
 @needs_tools
+def test_make_grade_again_reuses_the_solutions_builds(graded):
+    """A second run over the same work folder (same cells, same tools) finds the builds still published."""
+    manifest = json.loads((graded["work"] / f"prebuilt-{ASSIGNMENT}.json").read_text())
+    assert manifest["builds"] and all((graded["work"] / "prebuilt" / b / "built").is_file() for b in manifest["builds"])
+    env = {**os.environ, "HPCDL_COURSE_ROOT": str(graded["root"]), "HPCDL_WORK": str(graded["work"])}
+    again = subprocess.run([sys.executable, "-c", f"from hpcdl_course import prebuild; "
+                            f"print(prebuild.solution_builds({ASSIGNMENT!r}))"], cwd=AUTOGRADER, env=env,
+                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert "still prebuilt from an earlier run" in again.stdout, (again.stdout + again.stderr)[-2000:]
+
+
+@needs_tools
 def test_grading_takes_minutes_not_more(graded):
     # Three submissions, each building the extension cold (30-40 s) and waiting 2 x 30 s on a deadlock.
     print(f"graded {len(graded['results'])} submissions of {ASSIGNMENT} in {graded['seconds']:.0f} s")
