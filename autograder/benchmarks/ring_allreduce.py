@@ -157,6 +157,10 @@ def machine() -> dict:
             "numpy": numpy.__version__, "mpi4py": mpi4py.__version__,
             "mpi": " ".join(mpich.split()[:3]) if mpich else "unknown",
             "command": "PYTHONPATH=autograder .venv/bin/python -m benchmarks.ring_allreduce OUT.json",
+            "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+            "mpich_device_collectives": os.environ.get("MPIR_CVAR_DEVICE_COLLECTIVES",
+                                                       "none (hpcdl.ranks: more ranks than cores)"
+                                                       if RANKS > (os.cpu_count() or 1) else "default"),
             "timing": f"mean of 2 to 10 calls (about {BATCH_BYTES >> 20} MB per size) after one warm-up, between "
                       f"barriers, slowest rank; a warm-up slower than {SLOW_SECONDS} s is the measurement itself; "
                       "zero-filled float64 buffers"}

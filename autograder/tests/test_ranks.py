@@ -5,6 +5,8 @@ must catch the wrong one. A hang and a crash must be reported by rank, with noth
 exception a rank raises must be raised again in the caller with its type (a hostile rank cannot choose
 another class).
 """
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -346,3 +348,12 @@ def test_free_port_can_be_bound():
     import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", ranks.free_port()))
+
+
+def test_more_ranks_than_cores_use_mpichs_point_to_point_collectives(monkeypatch):
+    monkeypatch.delenv("MPIR_CVAR_DEVICE_COLLECTIVES", raising=False)
+    cores = os.cpu_count() or 1
+    assert ranks._rank_env(cores + 1)["MPIR_CVAR_DEVICE_COLLECTIVES"] == "none"
+    assert "MPIR_CVAR_DEVICE_COLLECTIVES" not in ranks._rank_env(1)
+    monkeypatch.setenv("MPIR_CVAR_DEVICE_COLLECTIVES", "all")  # the caller's choice stands
+    assert ranks._rank_env(cores + 1)["MPIR_CVAR_DEVICE_COLLECTIVES"] == "all"

@@ -621,19 +621,22 @@ plot_busbw(sizes_bytes, times, 2, "2 ranks on this machine");
 #
 # The plot below was recorded on a 2-core machine without a GPU, 4 ranks, with the reference solutions,
 # by the course's ring benchmark, and is read from
-# [`cpu-2core-2026-12-04.json`](cpu-2core-2026-12-04.json) beside this notebook. Other work loaded the
-# machine while it ran, and 4 polling ranks shared 2 cores, so read the shapes, not the digits:
-# - at 64 MB the library's `Allreduce` called from mpi4py reached 0.55 GB/s busbw, the C++ ring 0.30
-#   (54% of it) and the Python ring 0.12 (21%). The library adds in place as the bytes arrive and picks
-#   its algorithm by size; the rings copy each chunk into a buffer, then add it in a second pass, and the
-#   Python ring pays an interpreter call and a numpy allocation per step;
-# - the same `MPI_Allreduce` called from the C++ program ran at about 0.001 GB/s at every size from
-#   64 KB up (0.5 s at 256 KB, against 0.02 s from mpi4py), also when MPICH was told to use its own ring
-#   or recursive doubling. Its cause was not found: a measurement you cannot explain is a reason to
-#   measure again, not a result.
+# [`cpu-2core-2026-12-05.json`](cpu-2core-2026-12-05.json) beside this notebook. Other work loaded the
+# machine while it ran (load average about 10), and 4 polling ranks shared 2 cores, so read the shapes, not the digits:
+# - at 64 MB the library's `MPI_Allreduce` called from C++ reached 0.35 GB/s busbw, the C++ ring 0.26
+#   (73% of it) and the Python ring 0.07 (19%). The library adds as the bytes arrive and picks its algorithm
+#   by size; the rings copy each chunk into a buffer, then add it in a second pass, and the Python ring pays
+#   an interpreter call and a numpy allocation per step;
+# - a day earlier the same `MPI_Allreduce` ran at 0.001 GB/s. Timed call by call, a few back-to-back calls of
+#   1 MB took 0.02 s each, then each took 2-4 s. MPICH's own shared-memory collectives wait for every rank by
+#   spinning, which works when each rank has a core; with 4 ranks on 2 cores a waiting rank spins through the
+#   time slice that the rank it waits for needs. `MPIR_CVAR_DEVICE_COLLECTIVES=none` makes MPICH build its
+#   collectives from point-to-point messages, as your ring does, and the stalls were gone (0.02 s a call).
+#   `hpcdl.ranks` sets it when there are more ranks than cores. A measurement you cannot explain is a
+#   reason to measure again, call by call.
 
 # %%
 import json
 
-recorded = json.load(open("cpu-2core-2026-12-04.json"))
+recorded = json.load(open("cpu-2core-2026-12-05.json"))
 plot_busbw(recorded["sizes_bytes"], recorded["seconds"], recorded["ranks"], f"recorded: {recorded['ranks']} ranks");
