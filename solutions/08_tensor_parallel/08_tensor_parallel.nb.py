@@ -102,8 +102,8 @@ TP_FOLDER = pathlib.Path(tempfile.mkdtemp(prefix="hpcdl-08-"))  # the files the 
 #
 # `tp_reports(world_size)` writes the file into `TP_FOLDER`, starts `world_size` gloo ranks and runs the
 # harness (the locked cell below) on each: it builds whole layers from a seed, your parallel layers from
-# them, runs one forward and one backward, and returns per rank what came out. Try
-# `tp_reports(2)[0]["mlp"]` to see one rank's report.
+# them, runs one forward and one backward, builds two layers whose split does not divide, and returns per
+# rank what came out. Try `tp_reports(2)[0]["mlp"]` to see one rank's report.
 #
 # **Graded** (9 points): column and row layers against `nn.Linear` on 1, 2 and 4 ranks (3); the MLP against
 # the unsplit MLP (2); one all-reduce per MLP forward (1); each rank's parameters take `1/P` of the weights
@@ -126,6 +126,8 @@ def make_case(seed, batch, hidden, ffn):
 
 TP_HARNESS_PY = MAKE_CASE_PY + '''
 import torch.distributed as dist
+
+BUILDS = [("column", 8, 10), ("row", 6, 8)]  # (kind, in_features, out_features): 4 ranks cannot split these
 
 CALLS = {"all_reduce": 0, "other": []}
 COLLECTIVES = ["all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
@@ -168,23 +170,25 @@ def run_layer(module, x, dy):
             "grads": {name: p.grad for name, p in module.named_parameters()}}
 
 
+def build(kind, in_features, out_features):
+    """What building a parallel layer from a whole nn.Linear does: "built", or what it raised, as
+    "ValueError: message" (any subclass of ValueError counts as one) or "OtherType: message"."""
+    try:
+        {"column": ColumnParallelLinear, "row": RowParallelLinear}[kind](nn.Linear(in_features, out_features))
+    except Exception as e:
+        return f"{'ValueError' if isinstance(e, ValueError) else type(e).__name__}: {str(e)[:500]}"
+    return "built"
+
+
 def run(rank, world_size, seed, batch, hidden, ffn):
-    """Reports of a column layer (fc1), a row layer (fc2) and the MLP on this rank."""
+    """Reports of a column layer (fc1), a row layer (fc2) and the MLP on this rank, and what building
+    the layers of BUILDS did (one launch serves every test)."""
     fc1, fc2, x, dh, dy = make_case(seed, batch, hidden, ffn)
     k = ffn // world_size
     return {"column": run_layer(ColumnParallelLinear(fc1), x, dh[:, rank * k:(rank + 1) * k]),
             "row": run_layer(RowParallelLinear(fc2), dh[:, rank * k:(rank + 1) * k], dy),
-            "mlp": run_layer(TensorParallelMLP(fc1, fc2), x, dy)}
-
-
-def build(rank, world_size, kind, in_features, out_features):
-    """Build one parallel layer from a whole nn.Linear (to see that it refuses a split that does not divide)."""
-    linear = nn.Linear(in_features, out_features)
-    if kind == "mlp":
-        TensorParallelMLP(linear, nn.Linear(out_features, in_features))
-    else:
-        {"column": ColumnParallelLinear, "row": RowParallelLinear}[kind](linear)
-    return "built"
+            "mlp": run_layer(TensorParallelMLP(fc1, fc2), x, dy),
+            "builds": {" ".join(map(str, spec)): build(*spec) for spec in BUILDS}}
 '''
 
 # %% [answer tp_layers]
@@ -308,17 +312,21 @@ def _reports(world_size, case, source):
 def tp_reports(world_size, case=(0, 3, 8, 12)):
     """Reports of each of world_size gloo ranks for one case (seed, batch, hidden, ffn): reports[rank] has
     "column", "row" and "mlp", each a dict of "y", "x_grad", "grads", "forward_all_reduces", "forward_other" and
-    "held". Kept for the same source and arguments, so that several tests share one run."""
+    "held", and "builds" (see build_layer). Kept for the same source and arguments, so that several tests
+    share one run."""
     return _reports(world_size, tuple(case), TP_LAYERS_PY)
 
 
 def build_layer(world_size, kind, in_features, out_features):
-    """Build a layer of kind "column", "row" or "mlp" from an nn.Linear(in_features, out_features) on
-    world_size gloo ranks; "built" per rank, or what a rank raised (a ValueError comes back as one)."""
-    write_tp_files()
-    return hpcdl.ranks.torch_distributed(TP_FOLDER / "tp_harness.py", "build", world_size,
-                                         args=(kind, in_features, out_features), backend="gloo", timeout=40,
-                                         echo=False)
+    """Build a layer of kind "column" or "row" from an nn.Linear(in_features, out_features) on world_size
+    ranks: "built", or what rank 0 raised, raised here (a ValueError as one). Read from the run of
+    tp_reports(world_size), which builds the layers of the harness's BUILDS."""
+    outcome = tp_reports(world_size)[0]["builds"][f"{kind} {in_features} {out_features}"]
+    if outcome == "built":
+        return outcome
+    kind_of_error, _, message = outcome.partition(": ")
+    raise (ValueError if kind_of_error == "ValueError" else RuntimeError)(message if kind_of_error == "ValueError"
+                                                                          else outcome)
 
 
 # %% [markdown]
