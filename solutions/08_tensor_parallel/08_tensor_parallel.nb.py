@@ -129,25 +129,35 @@ import torch.distributed as dist
 
 BUILDS = [("column", 8, 10), ("row", 6, 8)]  # (kind, in_features, out_features): 4 ranks cannot split these
 
-CALLS = {"all_reduce": 0, "other": []}
 COLLECTIVES = ["all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
                "broadcast", "reduce", "all_to_all", "all_to_all_single", "send", "recv", "isend", "irecv"]
 
 
-def counting(name, fn):
-    def counted(*args, **kwargs):
-        if name == "all_reduce":
-            CALLS["all_reduce"] += 1
-        else:
-            CALLS["other"].append(name)
-        return fn(*args, **kwargs)
-    return counted
+def count_collectives():
+    """Replace the collectives, in torch.distributed and in distributed_c10d (where they are defined), with
+    ones that count their calls; return a function that reads the counts so far: (all_reduce calls, names of
+    the other collectives called). The counts live in this closure, never in a name that the layers' module
+    could write; they only grow, so a forward's calls are the difference of two readings."""
+    calls = {"all_reduce": 0, "other": []}
+
+    def counting(name, fn):
+        def counted(*args, **kwargs):
+            if name == "all_reduce":
+                calls["all_reduce"] += 1
+            else:
+                calls["other"].append(name)
+            return fn(*args, **kwargs)
+        return counted
+
+    for name in COLLECTIVES:
+        original = getattr(dist.distributed_c10d, name, None) or getattr(dist, name, None)
+        if original is not None:
+            for module in (dist, dist.distributed_c10d):
+                setattr(module, name, counting(name, original))
+    return lambda: (calls["all_reduce"], list(calls["other"]))
 
 
-for _name in COLLECTIVES:  # before the layers are imported, so that they call the counting versions
-    if hasattr(dist, _name):
-        setattr(dist, _name, counting(_name, getattr(dist, _name)))
-
+collective_calls = count_collectives()  # before the layers are imported, so that they call the counting versions
 from tp_layers import ColumnParallelLinear, RowParallelLinear, TensorParallelMLP
 
 
@@ -161,9 +171,10 @@ def held_elements(module):
 def run_layer(module, x, dy):
     """Forward and backward of module; its output, x's gradient, its parameters' gradients, calls, memory."""
     x = x.clone().requires_grad_(True)
-    CALLS["all_reduce"], CALLS["other"] = 0, []
+    all_reduces, others = collective_calls()
     y = module(x)
-    forward_all_reduces, forward_other = CALLS["all_reduce"], list(CALLS["other"])
+    all_reduces_after, others_after = collective_calls()
+    forward_all_reduces, forward_other = all_reduces_after - all_reduces, others_after[len(others):]
     (y * dy).sum().backward()
     return {"y": y.detach(), "x_grad": x.grad, "forward_all_reduces": forward_all_reduces,
             "forward_other": forward_other, "held": held_elements(module),
