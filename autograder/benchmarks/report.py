@@ -1,5 +1,5 @@
-"""Turn the committed GPU results (results/<benchmark>/<file>.json, the newest of each) into the README's
-results tables:
+"""Turn the committed results (results/<benchmark>/<file>.json, the newest of each: GPU runs, and the
+CPU run of the MPI ring) into the README's results tables:
 
     PYTHONPATH=autograder python -m benchmarks.report
 """
@@ -107,7 +107,31 @@ def fused_mlp_table(path) -> str:
     return "\n".join(rows)
 
 
-TABLES = {"vector_add": vector_add_table, "softmax": softmax_table, "fused_mlp": fused_mlp_table}
+def _bytes(n: int) -> str:
+    return f"{n >> 20} MB" if n >= 1 << 20 else f"{n >> 10} KB"
+
+
+def ring_allreduce_table(path) -> str:
+    r = json.loads(pathlib.Path(path).read_text())
+    rows = ["#### 06 ring all-reduce (CPU, MPI)", "",
+            f"Measured on {r['machine']} ({r['mpi']}, mpi4py {r['mpi4py']}, numpy {r['numpy']}, Python "
+            f"{r['python']}), {r['date']}, {r['ranks']} ranks, with `{r['command']}`; {r['timing']}. File: "
+            f"`{pathlib.Path(path).relative_to(REPO)}`.", "",
+            f"Bus bandwidth (busbw = algbw x 2(P-1)/P), GB/s, {r['ranks']} ranks:", "",
+            "| buffer | " + " | ".join(_bytes(n) for n in r["sizes_bytes"]) + " |",
+            "|---|" + "---|" * len(r["sizes_bytes"])]
+    rows += [f"| {name} | " + " | ".join(f"{v:.3g}" for v in values) + " |" for name, values in r["busbw_gbps"].items()]
+    rows += ["", "busbw ratios at 64 MB: " + ", ".join(f"{k} {v:.2f}" for k, v in r["at_64MB"].items()) + ".",
+             "", f"Note: {r['note']}."]
+    return "\n".join(rows)
+
+
+TABLES = {"vector_add": vector_add_table, "softmax": softmax_table, "fused_mlp": fused_mlp_table,
+          "ring_allreduce": ring_allreduce_table}
+# What each results file must record of how it was measured.
+GPU_RECORD = ("date", "gpu", "driver", "torch", "triton", "command", "timing", "copy_gbps")
+CPU_RECORD = ("date", "machine", "python", "numpy", "mpi4py", "mpi", "command", "timing", "ranks")
+RECORD = {"vector_add": GPU_RECORD, "softmax": GPU_RECORD, "fused_mlp": GPU_RECORD, "ring_allreduce": CPU_RECORD}
 
 
 def tables() -> str:

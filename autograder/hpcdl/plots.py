@@ -212,3 +212,18 @@ def plot_tile_order(n_tiles_m: int, n_tiles_n: int, group_m: int, running: int):
                      f"total {len(rows) + len(cols)}")
     fig.tight_layout()
     return fig
+
+
+def plot_per_world_size(world_sizes, panels: dict, *, title: str = ""):
+    """One panel per entry of panels (y-axis label -> {line label: values}), against the number of ranks."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.8), squeeze=False)
+    for ax, (ylabel, lines) in zip(axes[0], panels.items()):
+        for label, values in lines.items():
+            ax.plot(world_sizes, values, marker="o", label=label)
+        ax.set(xlabel="tensor-parallel ranks P", ylabel=ylabel, xticks=list(world_sizes))
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig

@@ -37,8 +37,26 @@ def review(cell_id: str, source: str, protected: set) -> list:
     except SyntaxError:
         return []
     shared = SHARED_NAMES | protected
-    return [f"{cell_id} line {getattr(node, 'lineno', '?')}: {why}"
-            for node in ast.walk(tree) for why in _reasons(node, shared)]
+    found = [f"{cell_id} line {getattr(node, 'lineno', '?')}: {why}"
+             for node in ast.walk(tree) for why in _reasons(node, shared)]
+    for name, file_tree in _python_files(tree):
+        found += [f"{cell_id}, file {name} line {getattr(node, 'lineno', '?')}: {why}"
+                  for node in ast.walk(file_tree) for why in _reasons(node, SHARED_NAMES)]
+    return found
+
+
+def _python_files(tree) -> list:
+    """(name, syntax tree) of each string assigned to a name in capitals that parses as Python: a file that
+    ranks or other processes import (README, "Answers that are files"), whose code no other review reads."""
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+                and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and node.targets[0].id.isupper()):
+            try:
+                found.append((node.targets[0].id, ast.parse(node.value.value)))
+            except SyntaxError:  # C++, or not code
+                continue
+    return found
 
 
 def _reasons(node, shared: set) -> list:

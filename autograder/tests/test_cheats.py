@@ -39,6 +39,10 @@ def _fill(text: str, places: dict) -> str:
 def _write_cheat(folder, cheat, places):
     a = cheat["assignment"]
     cells = {k: _fill(v, places) for k, v in cheat.get("cells", {}).items()}
+    if cheat.get("edits"):
+        edits = {k: [{"replace": e["replace"], "with": _fill(e["with"], places)} for e in v]
+                 for k, v in cheat["edits"].items()}
+        cells |= answers.edited_cells(edits, answers.solution_sources(a), f"cheats.toml, {cheat['name']}")
     if cheat.get("base", "release") == "solution":
         answers.write_submission(folder, cheat["name"], a, cells)
     else:

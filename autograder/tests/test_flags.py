@@ -29,3 +29,10 @@ def test_reaching_for_the_graders_machinery_is_flagged():
                    "from hpcdl_grader.wire import Encoder", "from hpcdl import elsewhere", "w = hpcdl.isolation.Server", "g = (lambda: (yield))()\ncaller = g.gi_frame.f_back"):
         assert flags.review("answer", source, set()), source
     assert not flags.review("answer", "import hpcdl\nx = hpcdl.check.random_tensor((3,), None)", set())
+
+
+def test_code_in_a_file_string_is_reviewed():
+    rank_file = 'RING_PY = """\nimport os\nimport sys\n\ndef ring(comm, x):\n    return sys._getframe(1)\n"""'
+    found = flags.review("ring", rank_file, set())
+    assert len(found) == 2 and all("file RING_PY" in why for why in found), found
+    assert not flags.review("ring", 'RING_PY = """\nimport numpy as np\n"""\nAXPY_CPP = "int main() { return 0; }"', set())

@@ -234,35 +234,38 @@ def payload_bytes(buf):
     return len(pickle.dumps(buf))
 
 
-class CountingComm:
-    """A communicator that passes every call on, counts the bytes this rank sends, and records any
-    method that is not point-to-point."""
+def counting(comm):
+    """A stand-in for comm that passes every call on, and a function that reads what it counted: (bytes this
+    rank sent, methods called that are not point-to-point). The counts and the real communicator live in this
+    closure: the stand-in has no attribute that holds them, and takes no new attributes."""
+    sent, other_calls = [0], []
 
-    def __init__(self, comm):
-        self._comm = comm
-        self.bytes_sent = 0
-        self.other_calls = []
+    class Counting:
+        __slots__ = ()
 
-    def __getattr__(self, name):
-        attr = getattr(self._comm, name)
-        if name in SENDS:
-            def counted(*args, **kwargs):
-                buf = args[0] if args else next((kwargs[k] for k in ("buf", "sendbuf", "obj", "sendobj")
-                                                 if k in kwargs), None)
-                self.bytes_sent += payload_bytes(buf)
-                return attr(*args, **kwargs)
-            return counted
-        if name not in POINT_TO_POINT and name not in self.other_calls:
-            self.other_calls.append(name)
-        return attr
+        def __getattr__(self, name):
+            attr = getattr(comm, name)
+            if name in SENDS:
+                def counted(*args, **kwargs):
+                    buf = args[0] if args else next((kwargs[k] for k in ("buf", "sendbuf", "obj", "sendobj")
+                                                     if k in kwargs), None)
+                    sent[0] += payload_bytes(buf)
+                    return attr(*args, **kwargs)
+                return counted
+            if name not in POINT_TO_POINT and name not in other_calls:
+                other_calls.append(name)
+            return attr
+
+    return Counting(), lambda: (sent[0], list(other_calls))
 
 
 def one_case(ring, rank, seed, n, dtype):
     sendbuf = rank_input(seed, rank, n, dtype)
     kept = sendbuf.copy()
-    comm = CountingComm(ring)
+    comm, counts = counting(ring)
     got = ring_allreduce(comm, sendbuf)
-    report = {"bytes_sent": comm.bytes_sent, "other_calls": list(comm.other_calls), "type": type(got).__name__,
+    bytes_sent, other_calls = counts()
+    report = {"bytes_sent": bytes_sent, "other_calls": other_calls, "type": type(got).__name__,
               "sendbuf_changed": not np.array_equal(sendbuf, kept)}
     if isinstance(got, np.ndarray) and got.dtype.kind in "iuf":
         report["result"] = torch.from_numpy(np.array(got))
