@@ -47,6 +47,11 @@ import torch.nn.functional as F
 
 DEVICE = hpcdl.DEVICE
 
+def open_checkpoint(path):
+    """The file at path opened for reading, in binary: `with open_checkpoint(path) as f: ...`."""
+    return open(path, "rb")
+
+
 # The dtypes of a safetensors header and the torch dtype of each.
 SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
                       "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
@@ -104,7 +109,8 @@ SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.f
 # - **Input:** the path of a safetensors file.
 # - **Output:** `{name: tensor}` for every tensor of the header (not `__metadata__`), each a CPU tensor of
 #   the header's dtype (`SAFETENSORS_DTYPES` above) and shape whose elements are the file's bytes *in place*:
-#   map the file with `mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)` and copy nothing. A tensor
+#   open the file with `open_checkpoint(path)` (above), map it with
+#   `mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)` and copy nothing. A tensor
 #   without elements may be a fresh `torch.empty` (`torch.frombuffer` refuses a count of 0).
 # - **Errors:** `ValueError` with a message saying what is wrong for: a file shorter than 8 bytes; a
 #   header longer than the rest of the file, or not a JSON object; an unknown dtype; `data_offsets` that run
@@ -208,7 +214,7 @@ LOADER_HARNESS = LoaderHarness()
 def load_mmap(path: str) -> dict:
     """{name: tensor} of a safetensors file, every tensor a read-only view of the mapped file (no copy)."""
     ### BEGIN SOLUTION
-    with open(path, "rb") as f:
+    with open_checkpoint(path) as f:
         size = f.seek(0, 2)  # the file's length: its end
         if size < 8:
             raise ValueError(f"{path}: {size} bytes, too short for the 8-byte header length")
