@@ -48,7 +48,7 @@ import torch.nn.functional as F
 DEVICE = hpcdl.DEVICE
 
 def open_checkpoint(path):
-    """The file at path opened for reading, in binary: `with open_checkpoint(path) as f: ...`."""
+    """The file at path opened for reading, in binary (a file object: close it, or use it in a with statement)."""
     return open(path, "rb")
 
 
