@@ -12,7 +12,7 @@ import warnings
 from . import device
 from .device import DEVICE, ON_GPU
 
-from . import ceilings, check, isolation, launches, speed, timing  # noqa: E402
+from . import ceilings, check, isolation, launches, memory, speed, timing  # noqa: E402
 from . import build, files, ranks  # noqa: E402  (learner code in other processes: C++ builds, MPI and torch ranks)
 
 QUIET = os.environ.get("HPCDL_QUIET") == "1"

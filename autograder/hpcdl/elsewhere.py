@@ -3,7 +3,8 @@
 At grading time the test cells do not call the learner's functions: they call stand-ins for the
 functions in the grading worker (the hpcdl_grader package, which a learner never needs). A stand-in
 is an `Elsewhere`: hpcdl.check asks it to run a check's steps where the function lives, and
-hpcdl.speed asks it to time the function by the checker's clock. In the lab every function is a
+hpcdl.speed asks it to time the function by the checker's clock, hpcdl.memory to read its process's
+resident memory from outside. In the lab every function is a
 plain Python function and this module is not used.
 """
 
@@ -23,4 +24,8 @@ class Elsewhere:
     def seconds_per_call(self, make_args, reference, name: str) -> tuple:
         """(seconds per call, how they were measured): fresh inputs from make_args() per call, each output
         checked against reference(*args) when reference is given."""
+        raise NotImplementedError
+
+    def resident_bytes(self) -> int:
+        """Resident bytes of the processes where the function lives, read from the kernel outside them."""
         raise NotImplementedError

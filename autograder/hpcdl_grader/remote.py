@@ -11,7 +11,7 @@ import signal
 import subprocess
 import threading
 
-from hpcdl import processes
+from hpcdl import memory, processes
 from hpcdl.check import CheckFailed
 from hpcdl.device import DEVICE
 from hpcdl.elsewhere import Elsewhere
@@ -222,6 +222,11 @@ class RemoteCallable(Elsewhere):
 
     def seconds_per_call(self, make_args, reference, name: str) -> tuple:
         return clock.seconds_per_call(self._worker, self._target(), make_args, reference, name)
+
+    def resident_bytes(self) -> int:
+        """The worker's resident set and that of every process it started, read here from /proc: nothing the
+        learner's code runs can lower it short of freeing the memory."""
+        return sum(memory.status_bytes(pid) for pid in self._worker.processes())
 
     def __getattr__(self, attr):
         if attr.startswith("__"):
