@@ -60,7 +60,7 @@ def int4_model(config, tensors: dict, pieces, ops, device) -> model.TinyLM:
 
 
 @torch.no_grad()
-def score(net, held_out: torch.Tensor, config, device, label: str, reference=None) -> dict:
+def score(net, held_out: torch.Tensor, device, label: str, reference=None) -> dict:
     """Perplexity over the held-out windows; with `reference` (the other model's next-byte guesses), the
     fraction of guesses that agree."""
     windows = held_out.to(device)

@@ -72,6 +72,10 @@ def run(rank, world_size, config, folder, use_kernels):
         if log:
             log.write(f"{step} {losses[-1]:.4f}\n")
             log.flush()
+    seconds = time.perf_counter() - started
+    flat = torch.cat([p.detach().double().flatten().cpu() for p in net.parameters()])
+    fingerprint = [flat.sum().item(), (flat * flat).sum().item()]  # equal on every rank if the copies agree
     if rank != 0:
-        return None
-    return {"state": {k: v.detach().cpu() for k, v in net.state_dict().items()}, "losses": losses}
+        return {"fingerprint": fingerprint}
+    return {"state": {k: v.detach().cpu() for k, v in net.state_dict().items()}, "losses": losses,
+            "seconds": seconds, "fingerprint": fingerprint}

@@ -25,8 +25,9 @@ def table(summary: dict) -> str:
     rows = [
         ("device", s["device"]),
         ("model", f"{s['parameters'] / 1e6:.2f} M parameters, byte-level, {s['setting']}"),
-        ("training", f"{s['steps']} steps on {s['world_size']} ranks in {s['train_seconds']:.0f} s, "
-                     f"final loss {s['final_loss']:.3f}"),
+        ("training", f"{s['steps']} steps on {s['world_size']} ranks in {s['train_seconds']:.0f} s "
+                     f"(+{s['start_seconds']:.0f} s to start them), final loss {s['final_loss']:.3f}, "
+                     f"ranks' weights {'equal' if s['ranks_agree'] else 'DIFFERENT'}"),
         ("perplexity, held-out", f"fp32 {s['ppl_fp32']:.3f}   INT4 {s['ppl_int4']:.3f}   "
                                  f"({100 * (s['ppl_int4'] / s['ppl_fp32'] - 1):+.2f}%, margin {100 * s['ppl_margin']:.0f}%)"),
         ("next byte as fp32's", f"{100 * s['agreement']:.1f}% of held-out positions"),

@@ -13,9 +13,10 @@ from . import model
 RANK_FILE = pathlib.Path(__file__).with_name("rank_training.py")
 
 
-def train(config, folder: pathlib.Path, use_kernels: bool) -> tuple:
-    """(model's state_dict, mean loss per step, seconds). The ranks train in other processes; this one
-    follows rank 0's progress file."""
+def train(config, folder: pathlib.Path, use_kernels: bool) -> dict:
+    """{"state": the model's state_dict, "losses": mean loss per step, "seconds": of the training loop,
+    "start_seconds": of the ranks' start and end, "ranks_agree": whether every rank ended with the same weights}.
+    The ranks train in other processes; this one follows rank 0's progress file."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "progress.txt").write_text("")
     ddp_source = solution_modules.find("07", "BUCKETED_DDP_PY")
@@ -45,8 +46,11 @@ def train(config, folder: pathlib.Path, use_kernels: bool) -> tuple:
                 bar.set_postfix(loss=lines[-1])
     if "error" in outcome:
         raise outcome["error"]
-    result = outcome["results"][0]
-    return result["state"], result["losses"], time.perf_counter() - started
+    results = outcome["results"]
+    first = results[0]
+    return {"state": first["state"], "losses": first["losses"], "seconds": first["seconds"],
+            "start_seconds": time.perf_counter() - started - first["seconds"],
+            "ranks_agree": all(r["fingerprint"] == first["fingerprint"] for r in results)}
 
 
 def build(config, state: dict, ops=None) -> model.TinyLM:
