@@ -16,7 +16,7 @@ from safetensors import safe_open
 
 import capabilities
 from hpcdl_course import solution_modules
-from hpcdl_course.demo import compress, config as demo_config, pieces
+from hpcdl_course.demo import compress, config as demo_config, infer, pieces
 
 
 def test_solution_module_holds_the_locked_and_answer_cells_only():
@@ -64,6 +64,20 @@ def test_kernel_path_gives_torchs_values_and_gradients():
         (want * weights).sum().backward()
         for a, b_ in zip(mine, theirs):
             torch.testing.assert_close(a.grad, b_.grad, atol=tolerance * 5, rtol=tolerance * 5)
+
+
+@capabilities.cxx
+def test_int4_layer_decodes_through_int4_gemv_as_through_its_dequantized_weight():
+    """The INT4 layer's GPU decode path (05's int4_gemv), here in the interpreter, against its matmul path."""
+    chosen = pieces.select(use_kernels=True, names={"quantize_int4", "pack_int4", "unpack_int4",
+                                                    "dequantize_int4", "int4_gemv"})
+    q, scales = chosen.get("quantize_int4")(torch.randn(24, 64), 32)
+    layer = infer.Int4Linear(chosen.get("pack_int4")(q), scales.half(), torch.randn(24), 32, chosen,
+                             torch.device("cpu"))
+    x = torch.randn(3, 64)
+    by_matmul = layer(x)
+    layer.gemv = chosen.get("int4_gemv")
+    torch.testing.assert_close(layer(x), by_matmul, atol=2e-2, rtol=2e-2)
 
 
 @capabilities.cxx

@@ -17,12 +17,12 @@ GEMV_MAX_ROWS = 16  # decoding (a few rows) goes through int4_gemv; scoring long
 class Int4Linear(nn.Module):
     """A linear layer whose weight is INT4: packed nibbles and one float16 scale per group.
 
-    On a GPU with notebook 05's int4_gemv, a few rows at a time (decoding) are multiplied straight from the
-    packed bytes; longer inputs, and everything on a CPU, use the weight dequantized once at load time."""
+    With notebook 05's int4_gemv in use (on a GPU), a few rows at a time (decoding) are multiplied straight
+    from the packed bytes; longer inputs, and everything without it, use the weight dequantized once at load."""
 
     def __init__(self, packed, scales, bias, group_size: int, pieces, device):
         super().__init__()
-        self.group_size, self.gemv = group_size, pieces.get("int4_gemv") if device.type == "cuda" else None
+        self.group_size, self.gemv = group_size, pieces.get("int4_gemv")  # in use where the kernels are
         q = pieces.get("unpack_int4")(packed)
         self.weight = pieces.get("dequantize_int4")(q, scales.float(), group_size).to(device)
         self.bias = bias.to(device)
