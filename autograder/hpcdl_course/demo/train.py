@@ -20,6 +20,7 @@ def train(config, folder: pathlib.Path, use_kernels: bool) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "progress.txt").write_text("")
     ddp_source = solution_modules.find("07", "BUCKETED_DDP_PY")
+    (folder / "bucketed_ddp.py").unlink(missing_ok=True)  # the ranks use 07's file where it is there
     if ddp_source is not None:
         hpcdl.files.write(folder / "bucketed_ddp.py", ddp_source)
     outcome = {}
