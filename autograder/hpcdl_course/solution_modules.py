@@ -8,9 +8,11 @@ lines. Only instructors have solutions/; the learner package `hpcdl` never impor
 
     softmax = solution_modules.find("03", "softmax")   # None where notebook 03 or its `softmax` is missing
 """
+import atexit
 import functools
 import importlib.util
 import pathlib
+import shutil
 import sys
 import tempfile
 import types
@@ -19,7 +21,13 @@ import nbformat
 
 from . import cells as roles, paths
 
-_FOLDER = pathlib.Path(tempfile.mkdtemp(prefix="hpcdl-solution-modules-"))
+
+@functools.cache
+def _folder() -> pathlib.Path:
+    """Where the modules' files live while this process runs (removed at exit)."""
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="hpcdl-solution-modules-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def assignment(number: str) -> str | None:
@@ -47,7 +55,7 @@ def load(number: str) -> types.ModuleType | None:
     if found is None:
         return None
     name = "solution_" + found
-    path = _FOLDER / f"{name}.py"
+    path = _folder() / f"{name}.py"
     path.write_text(source(found))
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
