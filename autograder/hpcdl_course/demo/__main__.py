@@ -4,6 +4,7 @@ import pathlib
 import sys
 import time
 
+from .. import paths
 from . import config as config_, pipeline, report
 
 
@@ -11,14 +12,17 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hpcdl_course.demo", description=__doc__)
     parser.add_argument("--setting", choices=sorted(config_.PRESETS), default="full",
                         help="full: make demo's model (a few minutes on 2 cores); small: the test suite's")
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("autograder/work/demo-pipeline"),
-                        help="where the plots, the summary and the two model files go")
-    parser.add_argument("--steps", type=int, help="training steps (default: the setting's)")
+    parser.add_argument("--out", type=pathlib.Path, default=paths.work() / "demo-pipeline",
+                        help="where the plots, the summary and the two model files go (default: "
+                             "autograder/work/demo-pipeline, or under HPCDL_WORK)")
+    parser.add_argument("--steps", type=int, help="at most this many training steps (default: the setting's)")
+    parser.add_argument("--train-seconds", type=float,
+                        help="training stops after this many seconds (default: the setting's, 150 in full)")
     parser.add_argument("--kernels", choices=["auto", "on", "off"], default="auto",
                         help="the notebooks' Triton kernels: auto = on a GPU only; on = also in the CPU interpreter "
                              "(slow: tiny settings only)")
     args = parser.parse_args(argv)
-    config = config_.preset(args.setting, steps=args.steps)
+    config = config_.preset(args.setting, steps=args.steps, train_seconds=args.train_seconds)
     started = time.perf_counter()
     summary = pipeline.run(config, args.out, {"auto": None, "on": True, "off": False}[args.kernels], args.setting)
     print()

@@ -8,7 +8,6 @@ Biases and layer norms (a few thousand numbers) stay in float32.
 import json
 import pathlib
 
-import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
