@@ -28,6 +28,7 @@ help:
 	@echo "make new-notebook NAME=05_int4_packing   start solutions/05_int4_packing/ from the standard arc"
 	@echo "make setup        only create or update $(VENV)"
 	@echo "make learner-dist write what learners get, no solutions, into DIST=$(DIST)"
+	@echo "make demo         the capstone pipeline from the solutions: train, compress to INT4, infer (DEMO_ARGS=--help)"
 	@echo "make clean-work   remove $(WORK)/ (holds the gradebook; needs CONFIRM=1)"
 	@echo
 	@echo "Variables: PYTHON=$(PYTHON) VENV=$(VENV) GPU=1|0 (default: CUDA build if nvidia-smi sees a GPU);"
@@ -74,6 +75,11 @@ notebooks: setup
 
 learner-dist: setup
 	$(PY) -m hpcdl_course distribute $(DIST)
+
+# The capstone's reference pipeline (hpcdl_course/demo): plots and summary in $(WORK)/demo-pipeline/.
+.PHONY: demo
+demo: setup
+	$(PY) -m hpcdl_course.demo $(DEMO_ARGS)
 
 .PHONY: new-notebook
 new-notebook: setup
