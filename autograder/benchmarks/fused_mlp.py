@@ -25,7 +25,7 @@ from hpcdl.timing import time_function
 from hpcdl_course import speed_contract
 
 from . import machine
-from .solution_code import load
+from hpcdl_course.solution_modules import module
 
 ASSIGNMENT = "04_fused_mlp"
 RUNS = 5
@@ -167,8 +167,8 @@ def k_sweep(solution, copy_bytes_per_s, fp16_flops, ks=K_SWEEP, M=LINEAR_SHAPE[0
 def main(out_path: str) -> None:
     hpcdl.device.require_gpu("This benchmark")
     started = time.time()
-    solution = load(ASSIGNMENT, ASSIGNMENT)
-    wrong = {fn: getattr(load(ASSIGNMENT, ASSIGNMENT, fixture=name), fn) for fn, name in WRONG.items()}
+    solution = module(ASSIGNMENT)
+    wrong = {fn: getattr(module(ASSIGNMENT, fixture=name), fn) for fn, name in WRONG.items()}
     copy = ceilings.copy_bandwidth()
     fp16_flops = ceilings.matmul_flops(torch.float16)
 

@@ -24,7 +24,7 @@ from hpcdl_grader import clock, remote
 from hpcdl_course import sandbox
 
 from . import softmax as softmax_bench
-from .solution_code import load
+from hpcdl_course.solution_modules import module
 
 
 # Sent to the worker beside the solution: times a batch of 20 calls there, with inputs made there.
@@ -123,7 +123,7 @@ def softmax_checks(soft, online, naive):
 def main(out_path):
     results = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                "checks": []}
-    add = load("01_vector_add", "01_vector_add")
+    add = module("01_vector_add")
     w = worker_with(add)
     vector_add = remote.RemoteCallable(w, "vector_add")
     for _ in range(2):
@@ -138,7 +138,7 @@ def main(out_path):
     results["batch_overhead_ms"] = [v * 1e3 for v in clock._overheads.values()]
     w.stop()
     del x, y
-    sm = load("03_fused_softmax", "03_fused_softmax")
+    sm = module("03_fused_softmax")
     w = worker_with(sm)
     soft, online = remote.RemoteCallable(w, "softmax"), remote.RemoteCallable(w, "online_softmax")
     for _ in range(2):

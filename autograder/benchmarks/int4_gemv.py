@@ -24,7 +24,7 @@ from hpcdl.timing import time_function
 from hpcdl_course import speed_contract
 
 from . import machine
-from .solution_code import load
+from hpcdl_course.solution_modules import module
 
 ASSIGNMENT = "05_int4_packing"
 RUNS = 5
@@ -120,8 +120,8 @@ def batch_summary(solution, wrong, B, copy_gbps, runs=RUNS, shape=SHAPE):
 def main(out_path: str) -> None:
     hpcdl.device.require_gpu("This benchmark")
     started = time.time()
-    solution = load(ASSIGNMENT, ASSIGNMENT)
-    wrong = load(ASSIGNMENT, ASSIGNMENT, fixture=WRONG)
+    solution = module(ASSIGNMENT)
+    wrong = module(ASSIGNMENT, fixture=WRONG)
     copy = ceilings.copy_bandwidth()
     batches = [batch_summary(solution, wrong, B, copy / 1e9) for B in BATCHES]
     other = []

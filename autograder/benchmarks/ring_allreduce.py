@@ -18,7 +18,7 @@ import tempfile
 
 import hpcdl
 
-from .solution_code import load
+from hpcdl_course.solution_modules import module
 
 RANKS = 4
 SIZES_BYTES = [2**k for k in range(10, 27, 2)]  # 1 KB to 64 MB
@@ -167,7 +167,7 @@ def machine() -> dict:
 
 
 def main(out_path: str) -> None:
-    solution = load("06_ring_allreduce", "06_ring_allreduce")
+    solution = module("06_ring_allreduce")
     seconds = python_seconds(solution) | cpp_seconds(solution)
     busbw = {name: [busbw_gbps(b, t) for b, t in zip(SIZES_BYTES, times)] for name, times in seconds.items()}
     results = {**machine(), "ranks": RANKS, "sizes_bytes": SIZES_BYTES, "seconds": seconds, "busbw_gbps": busbw,

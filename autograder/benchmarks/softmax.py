@@ -23,7 +23,7 @@ from hpcdl_course import cells as roles
 from hpcdl_course import paths, speed_contract
 
 from . import machine
-from .solution_code import load
+from hpcdl_course.solution_modules import module
 
 ASSIGNMENT = "03_fused_softmax"
 RUNS = 5
@@ -114,11 +114,11 @@ def sweep(candidates, naive):
 def main(out_path: str) -> None:
     hpcdl.device.require_gpu("This benchmark")
     started = time.time()
-    solution = load(ASSIGNMENT, ASSIGNMENT)
+    solution = module(ASSIGNMENT)
     naive = naive_from_notebook()
     candidates = {"naive_softmax": naive, "torch.softmax": lambda x: torch.softmax(x, dim=-1),
                   "softmax": solution.softmax, "online_softmax": solution.online_softmax}
-    wrong = {name: load(ASSIGNMENT, ASSIGNMENT, fixture=name)
+    wrong = {name: module(ASSIGNMENT, fixture=name)
              for name in ("torch_softmax_in_wrapper", "online_kernel_bypassed")}
     copy = ceilings.copy_bandwidth() / 1e9
     wrong_softmax = {"wrong: torch_softmax_in_wrapper": wrong["torch_softmax_in_wrapper"].softmax}

@@ -16,7 +16,7 @@ from hpcdl import ceilings, check
 from hpcdl.timing import time_function
 
 from . import machine
-from .solution_code import load
+from hpcdl_course.solution_modules import module
 
 
 def gbps(fn, n):
@@ -28,8 +28,8 @@ def gbps(fn, n):
 
 def main(out_path: str) -> None:
     hpcdl.device.require_gpu("This benchmark")
-    solution = load("01_vector_add", "01_vector_add").vector_add
-    zeros = load("01_vector_add", "01_vector_add", fixture="zeros_instead_of_empty").vector_add
+    solution = module("01_vector_add").vector_add
+    zeros = module("01_vector_add", fixture="zeros_instead_of_empty").vector_add
     copy = ceilings.copy_bandwidth() / 1e9
     flops = {k: ceilings.matmul_flops(v) / 1e12 for k, v in ceilings.MATMUL_DTYPES.items()}
     sweep = []

@@ -19,7 +19,7 @@ import types
 
 import nbformat
 
-from . import cells as roles, paths
+from . import answers, cells as roles, paths
 
 
 @functools.cache
@@ -36,32 +36,40 @@ def assignment(number: str) -> str | None:
     return found[0] if found else None
 
 
-def source(assignment_: str) -> str:
-    """The locked and answer cells of the assignment's solution notebooks, in order, as one Python text."""
+def source(assignment_: str, overrides: dict | None = None) -> str:
+    """The locked and answer cells of the assignment's solution notebooks, in order, as one Python text;
+    `overrides` ({grade_id: source}) replaces some of them (an answers.toml fixture's cells)."""
+    overrides = overrides or {}
     parts = []
     for name in paths.notebook_names(assignment_):
         nb = nbformat.read(paths.SOLUTIONS / assignment_ / f"{name}.ipynb", as_version=4)
         for cell in nb.cells:
             if roles.role(cell) in roles.RUN_BY_WORKER:
+                text = overrides.get(roles.grade_id(cell), cell.source)
                 parts.append(f"# --- {name}: {roles.role(cell)} cell {roles.grade_id(cell)}\n"
-                             + roles.without_solution_markers(cell.source))
+                             + roles.without_solution_markers(text))
     return "\n\n".join(parts) + "\n"
+
+
+def module(assignment_: str, fixture: str | None = None) -> types.ModuleType:
+    """The assignment's solution as a module, or, with `fixture`, that answers.toml fixture's answer (its cells in
+    place of the solution's): for the benchmarks, which time the reference beside plausible wrong answers."""
+    overrides = next(f.cells for f in answers.load(assignment_) if f.name == fixture) if fixture else {}
+    name = f"solution_{assignment_}" + (f"__{fixture}" if fixture else "")
+    path = _folder() / f"{name}.py"
+    path.write_text(source(assignment_, overrides))
+    spec = importlib.util.spec_from_file_location(name, path)
+    loaded = importlib.util.module_from_spec(spec)
+    sys.modules[name] = loaded  # before running it: classes and dataclasses look their module up
+    spec.loader.exec_module(loaded)
+    return loaded
 
 
 @functools.cache
 def load(number: str) -> types.ModuleType | None:
     """Notebook `number`'s solution as a module (imported once per process); None where the notebook is missing."""
     found = assignment(number)
-    if found is None:
-        return None
-    name = "solution_" + found
-    path = _folder() / f"{name}.py"
-    path.write_text(source(found))
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # before running it: classes and dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return module(found) if found is not None else None
 
 
 def find(number: str, name: str):
