@@ -463,12 +463,14 @@ def fail_if(problem):
 
 
 # %% [test test_same_as_one_process 3]
-fail_if(values_problem(case_reports(2, MLP_TWO_BUCKETS), MLP_TWO_BUCKETS, 2)
-        or values_problem(case_reports(3, MLP_THREE_RANKS), MLP_THREE_RANKS, 3))
+for world_size, case in ((2, MLP_TWO_BUCKETS), (3, MLP_THREE_RANKS)):
+    fail_if(values_problem(case_reports(world_size, case), case, world_size))
 
 # %% [test test_odd_parameters 2]
 odd = case_reports(2, ODD)
-fail_if(values_problem(odd, ODD, 2) or buckets_problem(odd, ODD))
+problem = values_problem(odd, ODD, 2) or buckets_problem(odd, ODD)
+if problem:
+    raise hpcdl.CheckFailed(problem)
 
 # %% [test test_bucket_count 2]
 for case in (MLP_ONE_BUCKET, MLP_TWO_BUCKETS, MLP_ONE_PER_PARAMETER):  # 1, 2 and 6 buckets
