@@ -75,7 +75,8 @@ def _state(r: Rank, *, timed_out: bool, from_shell: bool) -> str:
             "was stopped after another rank failed"
     if r.exit == 0:
         return "finished"
-    return processes.exit_reason(r.exit, from_shell=from_shell)
+    reason = processes.exit_reason(r.exit, from_shell=from_shell)
+    return reason if r.joined else f"{reason}, at start-up (before it joined the process group)"
 
 
 def _report(what: str, ranks: list, *, timed_out: bool, timeout: float, from_shell=False, extra="") -> str:
@@ -337,34 +338,48 @@ def torch_distributed(path, function: str, world_size: int, *, args=(), timeout:
     numbers, containers of them; on the CPU), indexed by rank.
 
     backend: "gloo" (CPU) or "nccl" (one GPU per rank; each rank's current CUDA device is its own);
-    by default NCCL when there are at least `world_size` GPUs, else gloo."""
+    by default NCCL when there are at least `world_size` GPUs, else gloo. A run whose ranks all ended
+    before any joined the group (so `path` never ran) is started once more."""
     backend = backend or default_backend(world_size)
     if backend == "nccl" and torch.cuda.device_count() < world_size:
         raise device.GPURequired(f"NCCL with {world_size} ranks needs {world_size} GPUs (one per rank); this "
                                  f"machine has {torch.cuda.device_count()}")
     what = f"{function}() of {os.path.basename(os.fspath(path))} on {world_size} {backend} ranks"
-    with tempfile.TemporaryDirectory(prefix="hpcdl-dist-") as tmp:
-        args_file = os.path.join(tmp, "args.pkl")
-        with open(args_file, "wb") as f:
-            pickle.dump(tuple(args), f)
-        children = []
-        try:
-            for rank in range(world_size):
-                env = _rank_env() | {"MASTER_ADDR": "127.0.0.1", "RANK": str(rank),
-                                     "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
-                                     "LOCAL_WORLD_SIZE": str(world_size)}
-                command = [sys.executable, "-c", _DISTRIBUTED_CALL, os.fspath(path), function, backend, args_file,
-                           tmp]
-                children.append(processes.Child(command, log=os.path.join(tmp, f"rank{rank}.log"), env=env))
-            timed_out, codes = _watch(children, timeout)
-        finally:
-            processes.stop(children)
-        ranks = [Rank(r, code, c.output(), returned=os.path.exists(os.path.join(tmp, f"rank{r}.returned")),
-                      joined=os.path.exists(os.path.join(tmp, f"rank{r}.joined")),
-                      exited_at=c.exited_at or 0.0) for r, (code, c) in enumerate(zip(codes, children))]
-        if echo:
-            _echo(ranks)
-        if timed_out or any(code != 0 for code in codes):
+    for attempt in (1, 2):
+        with tempfile.TemporaryDirectory(prefix="hpcdl-dist-") as tmp:
+            ranks, timed_out = _start_torch_ranks(path, function, world_size, args, backend, timeout, tmp)
+            if echo:
+                _echo(ranks)
+            if not timed_out and all(r.exit == 0 for r in ranks):
+                return _results(ranks, tmp, what)
+            if attempt == 1 and _died_starting(ranks, timed_out):
+                continue
             _raise_what_a_rank_raised(ranks, tmp, what)
             raise RanksFailed(_report(what, ranks, timed_out=timed_out, timeout=timeout))
-        return _results(ranks, tmp, what)
+
+
+def _died_starting(ranks: list, timed_out: bool) -> bool:
+    """Every rank ended before any joined the group, so the called file never ran: the machine failed
+    them (a library that did not load while memory was short, a port taken), not the code under test."""
+    return not timed_out and not any(r.joined for r in ranks) and any(r.died for r in ranks)
+
+
+def _start_torch_ranks(path, function, world_size, args, backend, timeout, tmp) -> tuple:
+    """Run the ranks once, their files in the folder tmp; (ranks, timed_out)."""
+    args_file = os.path.join(tmp, "args.pkl")
+    with open(args_file, "wb") as f:
+        pickle.dump(tuple(args), f)
+    children = []
+    try:
+        for rank in range(world_size):
+            env = _rank_env() | {"MASTER_ADDR": "127.0.0.1", "RANK": str(rank), "WORLD_SIZE": str(world_size),
+                                 "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world_size)}
+            command = [sys.executable, "-c", _DISTRIBUTED_CALL, os.fspath(path), function, backend, args_file, tmp]
+            children.append(processes.Child(command, log=os.path.join(tmp, f"rank{rank}.log"), env=env))
+        timed_out, codes = _watch(children, timeout)
+    finally:
+        processes.stop(children)
+    ranks = [Rank(r, code, c.output(), returned=os.path.exists(os.path.join(tmp, f"rank{r}.returned")),
+                  joined=os.path.exists(os.path.join(tmp, f"rank{r}.joined")), exited_at=c.exited_at or 0.0)
+             for r, (code, c) in enumerate(zip(codes, children))]
+    return ranks, timed_out
