@@ -45,6 +45,7 @@ class Rank:
     output: str
     started: bool = True
     returned: bool = False  # its function returned a value (it may still hang at exit)
+    joined: bool = True  # it joined the torch.distributed group (ranks of MPI runs count as joined)
     exited_at: float = 0.0  # time.monotonic() when seen to exit, where known: who failed first
 
     @property
@@ -66,12 +67,16 @@ def _state(r: Rank, *, timed_out: bool, from_shell: bool) -> str:
         return "called MPI_Abort, which stops every rank"
     if r.exit is None and r.returned:
         return "returned its value, then waited at exit for the ranks that had not finished"
+    if r.exit is None and not r.joined:
+        return ("still joining the process group at the deadline (waiting for rank 0's store, or for the other "
+                "ranks)" if timed_out else "was stopped after another rank failed, before it joined the group")
     if r.exit is None:
         return "did not finish: still running at the deadline (hung?)" if timed_out else \
             "was stopped after another rank failed"
     if r.exit == 0:
         return "finished"
-    return processes.exit_reason(r.exit, from_shell=from_shell)
+    reason = processes.exit_reason(r.exit, from_shell=from_shell)
+    return reason if r.joined else f"{reason}, at start-up (before it joined the process group)"
 
 
 def _report(what: str, ranks: list, *, timed_out: bool, timeout: float, from_shell=False, extra="") -> str:
@@ -80,9 +85,14 @@ def _report(what: str, ranks: list, *, timed_out: bool, timeout: float, from_she
     if died:
         first = died[0]
         headline = f"{what}: rank {first.rank} {_state(first, timed_out=timed_out, from_shell=from_shell)}."
-    elif hung:
+    elif hung and not any(r.joined for r in hung):
         names = ", ".join(str(r.rank) for r in hung)
-        headline = (f"{what}: rank{'s' * (len(hung) > 1)} {names} did not finish within {timeout:g} s: a deadlock? "
+        headline = (f"{what}: rank{'s' * (len(hung) > 1)} {names} did not join the process group within "
+                    f"{timeout:g} s (a start slowed down by a loaded machine, or no store from rank 0).")
+    elif hung:
+        stuck = [r for r in hung if r.joined]
+        names = ", ".join(str(r.rank) for r in stuck)
+        headline = (f"{what}: rank{'s' * (len(stuck) > 1)} {names} did not finish within {timeout:g} s: a deadlock? "
                     f"(a receive whose send never comes, or a collective that not every rank calls).")
     else:
         headline = f"{what} failed."
@@ -261,14 +271,30 @@ def mpi_call(path, function: str, nprocs: int, *, args=(), timeout: float = TIME
 # --- torch.distributed -------------------------------------------------------------------------
 
 _DISTRIBUTED_CALL = processes.CALL_FILE + textwrap.dedent("""
-    import os, pickle, sys
+    import os, pickle, sys, time
     import torch
     import torch.distributed as dist
     path, function, backend, args_file, out_dir = sys.argv[1:]
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if backend == "nccl":
         torch.cuda.set_device(rank)
-    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size)
+    # Rank 0's store listens on a port the system gives it as it binds, and tells the others through a
+    # file. A port chosen by the caller beforehand may be taken, before rank 0 binds it, by any
+    # connection on this machine (EADDRINUSE).
+    port_file = os.path.join(out_dir, "port")
+    if rank == 0:
+        store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False)
+        with open(port_file + ".part", "w") as f:
+            f.write(str(store.port))
+        os.replace(port_file + ".part", port_file)
+    else:
+        while not os.path.exists(port_file):
+            time.sleep(0.02)
+        with open(port_file) as f:
+            store = dist.TCPStore("127.0.0.1", int(f.read()), world_size, is_master=False)
+    os.environ["MASTER_PORT"] = str(store.port)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
+    open(os.path.join(out_dir, f"rank{rank}.joined"), "w").close()
     with open(args_file, "rb") as f:
         args = pickle.load(f)
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
@@ -317,34 +343,48 @@ def torch_distributed(path, function: str, world_size: int, *, args=(), timeout:
     numbers, containers of them; on the CPU), indexed by rank.
 
     backend: "gloo" (CPU) or "nccl" (one GPU per rank; each rank's current CUDA device is its own);
-    by default NCCL when there are at least `world_size` GPUs, else gloo."""
+    by default NCCL when there are at least `world_size` GPUs, else gloo. A run whose ranks all ended
+    before any joined the group (so `path` never ran) is started once more."""
     backend = backend or default_backend(world_size)
     if backend == "nccl" and torch.cuda.device_count() < world_size:
         raise device.GPURequired(f"NCCL with {world_size} ranks needs {world_size} GPUs (one per rank); this "
                                  f"machine has {torch.cuda.device_count()}")
     what = f"{function}() of {os.path.basename(os.fspath(path))} on {world_size} {backend} ranks"
-    port = free_port()
-    with tempfile.TemporaryDirectory(prefix="hpcdl-dist-") as tmp:
-        args_file = os.path.join(tmp, "args.pkl")
-        with open(args_file, "wb") as f:
-            pickle.dump(tuple(args), f)
-        children = []
-        try:
-            for rank in range(world_size):
-                env = _rank_env() | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-                                     "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
-                                     "LOCAL_WORLD_SIZE": str(world_size)}
-                command = [sys.executable, "-c", _DISTRIBUTED_CALL, os.fspath(path), function, backend, args_file,
-                           tmp]
-                children.append(processes.Child(command, log=os.path.join(tmp, f"rank{rank}.log"), env=env))
-            timed_out, codes = _watch(children, timeout)
-        finally:
-            processes.stop(children)
-        ranks = [Rank(r, code, c.output(), returned=os.path.exists(os.path.join(tmp, f"rank{r}.returned")),
-                      exited_at=c.exited_at or 0.0) for r, (code, c) in enumerate(zip(codes, children))]
-        if echo:
-            _echo(ranks)
-        if timed_out or any(code != 0 for code in codes):
+    for attempt in (1, 2):
+        with tempfile.TemporaryDirectory(prefix="hpcdl-dist-") as tmp:
+            ranks, timed_out = _start_torch_ranks(path, function, world_size, args, backend, timeout, tmp)
+            if echo:
+                _echo(ranks)
+            if not timed_out and all(r.exit == 0 for r in ranks):
+                return _results(ranks, tmp, what)
+            if attempt == 1 and _died_starting(ranks, timed_out):
+                continue
             _raise_what_a_rank_raised(ranks, tmp, what)
             raise RanksFailed(_report(what, ranks, timed_out=timed_out, timeout=timeout))
-        return _results(ranks, tmp, what)
+
+
+def _died_starting(ranks: list, timed_out: bool) -> bool:
+    """Every rank ended before any joined the group, so the called file never ran: the machine failed
+    them (a library that did not load while memory was short, a port taken), not the code under test."""
+    return not timed_out and not any(r.joined for r in ranks) and any(r.died for r in ranks)
+
+
+def _start_torch_ranks(path, function, world_size, args, backend, timeout, tmp) -> tuple:
+    """Run the ranks once, their files in the folder tmp; (ranks, timed_out)."""
+    args_file = os.path.join(tmp, "args.pkl")
+    with open(args_file, "wb") as f:
+        pickle.dump(tuple(args), f)
+    children = []
+    try:
+        for rank in range(world_size):
+            env = _rank_env() | {"MASTER_ADDR": "127.0.0.1", "RANK": str(rank), "WORLD_SIZE": str(world_size),
+                                 "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world_size)}
+            command = [sys.executable, "-c", _DISTRIBUTED_CALL, os.fspath(path), function, backend, args_file, tmp]
+            children.append(processes.Child(command, log=os.path.join(tmp, f"rank{rank}.log"), env=env))
+        timed_out, codes = _watch(children, timeout)
+    finally:
+        processes.stop(children)
+    ranks = [Rank(r, code, c.output(), returned=os.path.exists(os.path.join(tmp, f"rank{r}.returned")),
+                  joined=os.path.exists(os.path.join(tmp, f"rank{r}.joined")), exited_at=c.exited_at or 0.0)
+             for r, (code, c) in enumerate(zip(codes, children))]
+    return ranks, timed_out

@@ -280,6 +280,21 @@ def test_gloo_average_right_and_wrong(tmp_path, average_py, capfd):
     assert all(problems(results, expected_mean(N, 2)))
 
 
+def test_ranks_that_all_die_at_start_up_are_started_once_more(average_py, tmp_path, monkeypatch, no_leftovers):
+    # As when torch's libraries fail to load while the machine is short of memory: every rank of the first
+    # run exits before joining the group; the second run works.
+    first = tmp_path / "first-run-done"
+    monkeypatch.setattr(ranks, "_DISTRIBUTED_CALL", f"""
+import os, sys
+if not os.path.exists({str(first)!r}):
+    if os.environ["RANK"] == "0":
+        open({str(first)!r}, "w").close()
+    sys.exit(2)
+""" + ranks._DISTRIBUTED_CALL)
+    results = ranks.torch_distributed(average_py, "run", 2, args=(N,), backend="gloo", timeout=120)
+    assert problems(results, expected_mean(N, 2)) == [None, None]
+
+
 def test_hung_torch_rank_is_named_and_stopped(average_py, no_leftovers):
     with pytest.raises(RanksFailed) as failure:
         ranks.torch_distributed(average_py, "stuck", 2, backend="gloo", timeout=10)

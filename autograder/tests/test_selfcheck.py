@@ -40,9 +40,10 @@ def _cases():
             for a in ASSIGNMENTS for name in ["solution"] + [f.name for f in run(a)]]
 
 
-def _failed_in_one_kernel(assignment, name) -> set:
+def _failed_in_one_kernel(assignment, name) -> dict:
+    """grade id -> the exception (type: message) of each graded cell that failed."""
     cells = {} if name == "solution" else next(f for f in answers.load(assignment) if f.name == name).cells
-    failed = set()
+    failed = {}
     for nb_name in paths.notebook_names(assignment):
         solutions = answers.solution_sources(assignment)
         # nbgrader restores edited locked cells before grading; so does this run.
@@ -50,13 +51,14 @@ def _failed_in_one_kernel(assignment, name) -> set:
         nb = answers.submission(assignment, nb_name, filled, released=paths.SOLUTIONS)
         nbclient.NotebookClient(nb, kernel_name="hpcdl", timeout=900, allow_errors=True,
                                 resources={"metadata": {"path": str(paths.COURSE / assignment)}}).execute()
-        failed |= {c.metadata.nbgrader["grade_id"] for c in nb.cells
-                   if roles.is_graded(c)
-                   and any(o.output_type == "error" for o in c.get("outputs", []))}
+        failed |= {c.metadata.nbgrader["grade_id"]: f"{o.ename}: {o.evalue}" for c in nb.cells if roles.is_graded(c)
+                   for o in c.get("outputs", []) if o.output_type == "error"}
     return failed
 
 
 @pytest.mark.parametrize("assignment, name", _cases())
 def test_learner_run_and_grading_agree(graded, assignment, name):
     _, scores = graded
-    assert _failed_in_one_kernel(assignment, name) == failed_cells(scores[(student(assignment, name), assignment)])
+    failed = _failed_in_one_kernel(assignment, name)
+    errors = "\n".join(f"{cell}: {error}" for cell, error in sorted(failed.items()))
+    assert set(failed) == failed_cells(scores[(student(assignment, name), assignment)]), f"in one kernel:\n{errors}"
