@@ -36,6 +36,7 @@ PUBLIC_LINES = {
     "return min(peak_flops, intensity * peak_bandwidth)":
         "hpcdl/plots.py draws the roofline with it; 02 states the formula min(P, I · B) (its graded part is the "
         "validation)",
+    "with torch.no_grad():": "plain PyTorch: 07's solution broadcasts parameters under it, 04's visible code uses it",
 }
 
 
