@@ -144,3 +144,17 @@ def test_resume_grades_only_what_did_not_finish(runs):
     again = {line.split()[1] for line in out.splitlines() if line.startswith("grading ") and " / " in line}
     assert again == set(STUDENTS) - done
     assert runs["mtimes after"] == runs["mtimes"]
+
+
+def test_grading_starts_no_kernel_so_parallel_gradings_have_no_ports_to_race_for():
+    """Jupyter kernels listen on TCP ports chosen before they bind, which parallel graders can race for.
+    Autograding runs no kernel: nbgrader's execution step is replaced by the checker (over pipes, its worker
+    in a sandbox with a network of its own), and no other step of autograde executes a notebook."""
+    from nbconvert.preprocessors import ExecutePreprocessor
+    from nbgrader.converters import Autograde
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(paths.AUTOGRADER)).load_config()
+    steps = list(config.Autograde.autograde_preprocessors)
+    steps += Autograde.class_traits()["sanitize_preprocessors"].default()
+    assert steps and not [p for p in steps if issubclass(p, ExecutePreprocessor)]
