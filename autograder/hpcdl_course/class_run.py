@@ -43,10 +43,10 @@ def gpus() -> list:
 
 def plan(requested: int | None, on_gpu: bool) -> tuple:
     """(jobs, [environment for each job slot], a note or None). Default: one job per core, or per GPU."""
-    if not on_gpu:
+    cards = gpus() if on_gpu else []
+    if not cards:
         jobs = requested or cores()
         return jobs, [{} for _ in range(jobs)], None
-    cards = gpus()
     jobs = min(requested or len(cards), len(cards))
     note = None
     if requested and requested > jobs:

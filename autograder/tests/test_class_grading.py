@@ -158,3 +158,16 @@ def test_grading_starts_no_kernel_so_parallel_gradings_have_no_ports_to_race_for
     steps = list(config.Autograde.autograde_preprocessors)
     steps += Autograde.class_traits()["sanitize_preprocessors"].default()
     assert steps and not [p for p in steps if issubclass(p, ExecutePreprocessor)]
+
+
+def test_on_a_gpu_machine_each_job_has_a_card_of_its_own(monkeypatch):
+    from hpcdl_course import class_run
+
+    monkeypatch.setattr(class_run, "gpus", lambda: ["2", "5"])
+    jobs, slots, note = class_run.plan(4, on_gpu=True)
+    assert (jobs, slots) == (2, [{"CUDA_VISIBLE_DEVICES": "2"}, {"CUDA_VISIBLE_DEVICES": "5"}])
+    assert note.startswith("JOBS=4 lowered to 2: one submission per GPU")
+    assert class_run.plan(None, on_gpu=True)[0] == 2 and class_run.plan(1, on_gpu=True)[:2] == (1, slots[:1])
+    monkeypatch.setattr(class_run, "cores", lambda: 3)
+    assert class_run.plan(None, on_gpu=False) == (3, [{}, {}, {}], None)
+    assert class_run.progress_line(2, 5, 1, 30.0) == "graded 2/5 submissions (1 failed), about 45 s left"
