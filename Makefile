@@ -22,7 +22,8 @@ help:
 	@echo "make test         run the autograder's tests (NB=01_vector_add,...: of the per-notebook tests, those notebooks';"
 	@echo "                  JOBS=N pytest-xdist workers, default one per core; PYTEST_ARGS=... passed to pytest)"
 	@echo "make check-notebook NB=01_vector_add   only that notebook's tests: build, release, its fixtures graded"
-	@echo "make grade        grade SUBMISSIONS=... (empty: the demo submissions)"
+	@echo "make grade        grade SUBMISSIONS=... (empty: the demo submissions); JOBS=N at once (default: a core"
+	@echo "                  or a GPU each); RESUME=1: not again what an earlier run graded to its end"
 	@echo "make release      build the student release of the assignments"
 	@echo "make notebooks    build the course notebooks"
 	@echo "make new-notebook NAME=05_int4_packing   start solutions/05_int4_packing/ from the standard arc"
@@ -62,9 +63,12 @@ test-tools:
 grade-tools:
 	@bash env/system-tools.sh grade "$(firstword $(wildcard $(PY)) $(PYTHON))"
 
-# ASSIGNMENT=02_roofline grades only that assignment (a comma-separated list: those).
+# ASSIGNMENT=02_roofline grades only that assignment (a comma-separated list: those). JOBS=N submissions at
+# once (default auto: one per core, one per GPU on a GPU machine); RESUME=1 leaves alone what an earlier run
+# graded to its end.
 grade: grade-tools setup
-	$(PY) -m hpcdl_course grade $(SUBMISSIONS) $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT))
+	$(PY) -m hpcdl_course grade $(SUBMISSIONS) $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) --jobs $(JOBS) \
+	  $(if $(filter 1,$(RESUME)),--resume)
 
 # Refuses to replace notebooks in course/ that hold work; FORCE=1 moves them to course.bak-<time>/.
 release: setup

@@ -10,6 +10,7 @@ from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPrep
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearHiddenTests, GetGrades, IgnorePattern,
                                     LimitOutput, SaveAutoGrades)
 
+from hpcdl_course.gradebook import serialize_sqlite_transactions
 from hpcdl_course.trusted_execute import TrustedExecute
 
 c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
@@ -26,7 +27,11 @@ c.CourseDirectory.release_directory = "course"
 c.CourseDirectory.submitted_directory = os.path.join(work, "submitted")
 c.CourseDirectory.autograded_directory = os.path.join(work, "autograded")
 c.CourseDirectory.feedback_directory = os.path.join(work, "feedback")
-c.CourseDirectory.db_url = "sqlite:///" + os.path.join(work, "gradebook.db")
+# GRADEBOOK_URL names a database server (postgresql://...); SQLite in the work folder otherwise. Parallel
+# grading runs several nbgrader processes on it at once: SQLite's transactions then wait for each other
+# (hpcdl_course/gradebook.py).
+c.CourseDirectory.db_url = os.environ.get("GRADEBOOK_URL") or "sqlite:///" + os.path.join(work, "gradebook.db")
+serialize_sqlite_transactions()
 # Notebook text sources (they hold solutions) and the answer fixtures stay out of the release.
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "*.nb.py", "answers.toml"]
 

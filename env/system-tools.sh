@@ -2,11 +2,13 @@
 # What `make test` and `make grade` need outside the venv. The Makefile runs this before set-up,
 # .ci/run before that; it prints nothing when nothing is missing.
 #
-#   bash env/system-tools.sh test           bubblewrap (bwrap: grading's sandbox) and Debian's Chromium
-#                                           at /usr/bin/chromium (the browser test). As root with apt-get
+#   bash env/system-tools.sh test           bubblewrap (bwrap: grading's sandbox), Debian's Chromium
+#                                           at /usr/bin/chromium (the browser test) and Debian's
+#                                           postgresql (the PostgreSQL gradebook test). As root with apt-get
 #                                           it installs what is missing; otherwise it stops with one line
 #                                           that says what to run. Without Chromium the browser test
-#                                           skips, so only CI (CI or HPCDL_REQUIRE_BROWSER=1) stops for it.
+#                                           skips, so only CI (CI or HPCDL_REQUIRE_BROWSER=1) stops for it;
+#                                           without PostgreSQL its test skips, and CI (CI) stops.
 #   bash env/system-tools.sh grade [PYTHON] whether grading can sandbox submissions, as
 #                                           autograder/hpcdl_course/sandbox.py decides (HPCDL_SANDBOX=none:
 #                                           no sandbox); stops with its one line if not.
@@ -35,16 +37,18 @@ case "$what" in
 test)
   ci=${CI:-}
   required=0  # as autograder/tests/test_browser.py: there the browser test fails instead of skipping
-  case "${ci,,}" in ""|0|false) ;; *) required=1 ;; esac
+  ci_required=0  # CI alone (the PostgreSQL test)
+  case "${ci,,}" in ""|0|false) ;; *) required=1; ci_required=1 ;; esac
   [ "${HPCDL_REQUIRE_BROWSER:-}" = 1 ] && required=1
   missing() {
     command -v bwrap >/dev/null || echo bubblewrap
     [ -x "$CHROMIUM" ] || echo chromium
+    compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null || echo postgresql
   }
   need=$(missing | xargs)
   why=  # what apt-get said when it could not install a package
   if [ -n "$need" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "make test: installing $need with apt-get (grading's sandbox, the browser test)"
+    echo "make test: installing $need with apt-get (the sandbox; the browser and PostgreSQL tests)"
     log=$(mktemp)
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >"$log" 2>&1 || true
@@ -58,6 +62,16 @@ test)
   case " $need " in
     *" bubblewrap "*) stop "needs ${need// / and } (grading's sandbox, the browser test)$why:" \
                            "run \`${sudo}apt-get install -y $need\` (or your system's package manager), then make test again" ;;
+  esac
+  # The PostgreSQL gradebook test (autograder/tests/test_gradebook_postgres.py) starts Debian's server; it
+  # skips without one, except in CI (CI set), where it fails.
+  case " $need " in
+    *" postgresql "*)
+      [ "$ci_required" = 1 ] && stop "the PostgreSQL gradebook test must run in CI, but there is no server" \
+                                     "(/usr/lib/postgresql/*/bin)$why: run \`${sudo}apt-get install -y postgresql\`"
+      echo "make test: no PostgreSQL server, so the PostgreSQL gradebook test will skip$why" \
+           "(to run it: ${sudo}apt-get install -y postgresql)"
+      need=$(echo "$need" | sed 's/postgresql//' | xargs) ;;
   esac
   if [ -n "$need" ]; then
     [ "$required" = 1 ] && stop "the browser test must run here (CI or HPCDL_REQUIRE_BROWSER=1), but there is" \

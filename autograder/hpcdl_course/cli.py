@@ -4,11 +4,12 @@ import dataclasses
 import os
 import pathlib
 import shutil
+import signal
 import sys
 import tempfile
 
 from . import sandbox
-from . import answers, grade, notebooks, paths, prebuild, release, submissions
+from . import answers, class_run, grade, gradebook, notebooks, paths, prebuild, release, submissions, summary_plot
 from . import distribute
 from . import scaffold
 
@@ -26,16 +27,29 @@ def cmd_release(args) -> int:
     return 0
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def cmd_grade(args) -> int:
     wanted = [a for given in args.assignment or [] for a in given.split(",") if a]
     unknown = [a for a in wanted if a not in paths.assignments()]
     if unknown:
         print(f"error: no assignment {', '.join(unknown)} (known: {', '.join(paths.assignments())})", file=sys.stderr)
         return 2
+    try:
+        jobs = None if args.jobs in (None, "", "auto") else int(args.jobs)
+        if jobs is not None and jobs < 1:
+            raise ValueError
+    except ValueError:
+        print(f"error: --jobs must be a whole number of at least 1, or auto (got {args.jobs!r})", file=sys.stderr)
+        return 2
     folder = args.submissions
     if folder is None:
         # The demo has a work folder and gradebook of its own, and starts from a fresh release.
         os.environ["HPCDL_WORK"] = str(paths.work() / "demo")
+        if os.environ.pop("GRADEBOOK_URL", None):
+            print("The demo grades into a gradebook of its own: GRADEBOOK_URL is not used")
         prebuild.make_removable()
         shutil.rmtree(paths.work(), ignore_errors=True)
         folder = paths.work() / "submissions"
@@ -44,8 +58,15 @@ def cmd_grade(args) -> int:
                 release.generate(a, released)
             answers.write_demo(folder, released)
         print(f"No submissions folder given: grading the demo submissions in {folder}")
+    # SIGTERM (a scheduler's end of a job) stops the run as Ctrl-C does: what is not finished is reported so.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
-        results = grade.grade_folder(folder, wanted or None)
+        results = grade.grade_folder(folder, wanted or None, jobs=jobs, resume=args.resume)
+    except class_run.Stopped:
+        print(f"error: the run was stopped; what it did not finish is \"not graded\" in "
+              f"{paths.work() / 'grades.csv'}: grade the folder again with RESUME=1 (--resume) to finish it",
+              file=sys.stderr)
+        return 130
     except grade.NothingToGrade as e:
         if e.results:
             print(grade.table(e.results))
@@ -60,6 +81,11 @@ def cmd_grade(args) -> int:
     summary = grade.cell_summary(results)
     if summary:
         print("\nEach graded cell in this run: how many submissions passed it (full points)\n" + summary)
+        plotted = summary_plot.plot(grade.cell_counts(results), paths.work() / "class-summary.png")
+        print(f"(as a plot: {plotted})")
+    earlier = sum(r.earlier_run for r in results)
+    if earlier:
+        print(f"\n{earlier} submission(s) were graded by an earlier run and not again (RESUME=1)")
     changed = grade.changes(results)
     regraded = sum(r.earlier is not None for r in results)
     if regraded:
@@ -68,7 +94,7 @@ def cmd_grade(args) -> int:
         for line in changed:
             print(f"  {line}")
     work = paths.work()
-    print(f"\ngradebook: {work / 'gradebook.db'}\ngrades CSV: {work / 'grades.csv'}\n"
+    print(f"\ngradebook: {gradebook.shown_url()}\ngrades CSV: {work / 'grades.csv'}\n"
           f"grades per cell: {work / 'grades-by-cell.csv'}\nfeedback: {work / 'feedback'}")
     return 0
 
@@ -137,6 +163,10 @@ def main(argv=None) -> int:
                                                   "default: the demo submissions")
     p.add_argument("--assignment", action="append", help="grade only this assignment (repeatable, or "
                                                          "comma-separated); default: those the folder holds")
+    p.add_argument("--jobs", default="auto", help="submissions graded at once: a number, or auto (the default: one "
+                                                  "per core; on a GPU machine one per GPU, never more)")
+    p.add_argument("--resume", action="store_true", help="leave alone each submission an earlier run graded to its "
+                                                         "end, as handed in now (same notebooks, same timestamp)")
     p.set_defaults(run=cmd_grade)
     p = sub.add_parser("distribute", help="write the learner distribution: course/, hpcdl, env/, binder/, "
                                           "no solutions")

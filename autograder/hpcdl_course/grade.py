@@ -9,13 +9,15 @@ import json
 import os
 import pathlib
 import textwrap
+import threading
 import time
 from dataclasses import dataclass, field
 
 import nbformat
-from nbgrader.api import Gradebook, MissingEntry
+from tqdm import tqdm
+from nbgrader.api import MissingEntry
 
-from . import answers, paths, prebuild, records, release, sandbox, submissions
+from . import answers, class_run, gradebook, paths, prebuild, records, release, sandbox, submissions
 from . import cells as roles
 from .nbgrader_run import errors, nbgrader
 from .trusted_execute import report_path
@@ -33,17 +35,19 @@ class Result:
     # notebook -> grade_id -> {"score", "max", "message", "here"} of the cells graded in this run
     cells: dict = field(default_factory=dict)
     earlier: dict | None = None  # the score of the copy this run replaced (moved to <work>/replaced/)
+    earlier_run: bool = False  # graded to its end by an earlier run, not again (RESUME=1)
 
     @property
     def graded(self) -> bool:
         return bool(self.scores)
 
 
-def autograde(sub: submissions.Submission, gpu: bool = True) -> list:
+def autograde(sub: submissions.Submission, gpu: bool = True, env: dict | None = None) -> list:
     """Autograde one staged submission and write its feedback; returns problems found. Without a GPU
     (`gpu` false) its speed cells say "not graded here" in the feedback."""
     problems = []
-    proc = nbgrader("autograde", sub.assignment, "--student", sub.student, "--force", timeout=SUBMISSION_TIMEOUT)
+    proc = nbgrader("autograde", sub.assignment, "--student", sub.student, "--force", timeout=SUBMISSION_TIMEOUT,
+                    env=env)
     if proc.returncode != 0:
         problems.append(f"autograde failed: {errors(proc)}")
     autograded = paths.work() / "autograded" / sub.student / sub.assignment
@@ -54,7 +58,7 @@ def autograde(sub: submissions.Submission, gpu: bool = True) -> list:
     if autograded.exists():
         if not gpu:
             mark_not_graded_here(autograded)
-        proc = nbgrader("generate_feedback", sub.assignment, "--student", sub.student, "--force")
+        proc = nbgrader("generate_feedback", sub.assignment, "--student", sub.student, "--force", env=env)
         if proc.returncode != 0:
             problems.append(f"feedback failed: {errors(proc)}")
     return problems
@@ -75,7 +79,7 @@ def flags(student: str, assignment: str) -> list:
 def scores(student: str, assignment: str) -> dict:
     """notebook -> (score, max_score) as the gradebook holds them."""
     found = {}
-    with Gradebook(f"sqlite:///{paths.work() / 'gradebook.db'}") as gb:
+    with gradebook.open_gradebook() as gb:
         for name in paths.notebook_names(assignment):
             try:
                 nb = gb.find_submission_notebook(name, assignment, student)
@@ -97,11 +101,14 @@ class NothingToGrade(GradingSetupError):
         self.results = list(results)
 
 
-def grade_folder(folder, assignments=None) -> list:
+def grade_folder(folder, assignments=None, jobs: int | None = 1, resume: bool = False) -> list:
     """Grade every submission in `folder` (only those of `assignments`, when given); returns one Result
     per (student, assignment) seen. Only the assignments it grades are released into the gradebook;
     NothingToGrade where the folder holds no submission of them. What each upload came to is kept in
-    <work>/records/, and grades.csv and grades-by-cell.csv are written again from all of it (records.py)."""
+    <work>/records/, and grades.csv and grades-by-cell.csv are written again from all of it (records.py).
+    `jobs` submissions are graded at once (None: one per core, or per GPU; class_run.py). `resume`: a
+    submission whose upload an earlier run graded to its end is not graded again. A stopped run (Ctrl-C,
+    SIGTERM) leaves what it did not finish reported as not graded, and raises class_run.Stopped."""
     try:
         sandboxing = sandbox.mode()  # fails early, with what to do, where bubblewrap is missing
     except sandbox.SandboxUnavailable as e:
@@ -120,8 +127,7 @@ def grade_folder(folder, assignments=None) -> list:
     if not gpu:
         print(note, flush=True)
     when = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    results = []
-    total, done = sum(sub.assignment in wanted and bool(sub.notebooks) for sub in found), 0
+    results, todo, kept = [], [], 0
     for sub in found:
         result = Result(sub.student, sub.assignment, problems=list(sub.problems))
         results.append(result)
@@ -131,19 +137,59 @@ def grade_folder(folder, assignments=None) -> list:
             result.problems.append("nothing gradable in this submission")
             records.remember(result, when, staged=False)
             continue
-        started = started if done else time.perf_counter()
-        done += 1
-        grade_one(folder, sub, result, gpu, sandboxing, f"{done} of {total}")
-        records.remember(result, when, staged=True)
-        print(progress(done, total, time.perf_counter() - started), flush=True)
-    records.write_csvs()
+        digest = submissions.upload_digest(folder, sub)
+        if resume and graded_earlier(result, digest, gpu):
+            kept += 1
+            continue
+        todo.append((sub, result, digest))
+    # Every submission to grade is recorded as not finished before any is graded: a run that is stopped or
+    # killed reports each it did not finish as "not graded", never with a 0 or an earlier upload's score.
+    for sub, result, digest in todo:
+        result.earlier = earlier_score(sub.student, sub.assignment)
+        records.grading_started(sub.student, sub.assignment, when, digest)
+    if resume:
+        print(f"RESUME=1: {kept} submission(s) graded to the end by an earlier run, as handed in now, not "
+              f"graded again; {len(todo)} to grade", flush=True)
+    jobs, slots, said = class_run.plan(jobs, on_gpu())
+    if said:
+        print(said, flush=True)
+    if len(todo) > 1 and jobs > 1:
+        print(f"grading {len(todo)} submissions, up to {jobs} at a time", flush=True)
+    stop = threading.Event()
+
+    def grade(item, env, position) -> bool:
+        sub, result, digest = item
+        grade_one(folder, sub, result, gpu, sandboxing, position, env=env, stop=stop)
+        if stop.is_set():  # its processes may have been ended: its record still says it did not finish
+            return False
+        records.remember(result, when, staged=True, digest=digest)
+        return result.graded
+
+    try:
+        class_run.run(todo, jobs, slots, grade, stop)
+    finally:
+        records.write_csvs()
     return results
 
 
-def progress(done: int, total: int, seconds: float) -> str:
-    """How many submissions are graded, and about how long the rest will take at the mean pace so far."""
-    left = seconds / done * (total - done)
-    return f"graded {done}/{total} submissions, about {f'{left:.0f} s' if left < 90 else f'{left / 60:.0f} min'} left"
+def graded_earlier(result: Result, digest: str, gpu: bool) -> bool:
+    """Where its record says this very upload was graded to its end (by an earlier run), fill `result` from
+    the record and the gradebook, as grade_one would have, and return True."""
+    rec = records.load_record(result.student, result.assignment)
+    if not records.finished(rec, digest):
+        return False
+    upload = rec["upload"]
+    result.problems, result.flags = list(upload["problems"]), list(upload["flags"])
+    if upload["graded"]:
+        notebooks = rec["graded"]["notebooks"]
+        result.scores = {n: s for n, s in scores(result.student, result.assignment).items() if n in notebooks}
+        result.cells = graded_cells(result.student, result.assignment, list(result.scores), gpu)
+    result.earlier_run = True
+    return True
+
+
+def progress(done: int, total: int, seconds: float, failed: int = 0) -> str:
+    return class_run.progress_line(done, total, failed, seconds)
 
 
 def selected(folder, found: list, wanted: list, asked: bool) -> list:
@@ -176,22 +222,27 @@ def release_into_gradebook(assignments: list, due: dict) -> None:
         print("no submission here can be graded: nothing released", flush=True)
 
 
-def grade_one(folder, sub: submissions.Submission, result: Result, gpu: bool, sandboxing: str, position: str) -> None:
+def grade_one(folder, sub: submissions.Submission, result: Result, gpu: bool, sandboxing: str, position: str,
+              env: dict | None = None, stop: threading.Event | None = None) -> None:
     """Stage one gradable submission (moving an earlier copy aside with its score), autograde it and fill
-    `result` with its problems, flags, scores and cells. `position`: "3 of 10", for the progress line."""
-    result.earlier = earlier_score(sub.student, sub.assignment)
+    `result` with its problems, flags, scores and cells. `position`: "3 of 10", for the progress line.
+    `result.earlier` is already set, and its record says "not finished" until the caller records the result
+    (records.grading_started). `env`: variables for its nbgrader processes (the GPU it may use); `stop` set:
+    its grading is not started."""
     aside = set(replaced_copies(sub.student, sub.assignment))
     result.problems += submissions.stage(sub)
     if result.earlier is not None:
         keep_earlier_score(result.earlier, set(replaced_copies(sub.student, sub.assignment)) - aside)
     result.problems += keep_timestamp(folder, sub)
-    print(f"grading {submissions.printable(sub.student)} / {submissions.printable(sub.assignment)} ({position}) ...",
-          flush=True)
+    if stop is not None and stop.is_set():
+        return
+    who = f"{submissions.printable(sub.student)} / {submissions.printable(sub.assignment)}"
+    tqdm.write(f"grading {who} ({position}) ...")
     for name in paths.notebook_names(sub.assignment):
         report_path(sub.student, sub.assignment, name).unlink(missing_ok=True)
     started = time.perf_counter()
-    result.problems += autograde(sub, gpu)
-    print(f"  took {time.perf_counter() - started:.0f} s", flush=True)
+    result.problems += autograde(sub, gpu, env)
+    tqdm.write(f"  {who} took {time.perf_counter() - started:.0f} s")
     result.flags = flags(sub.student, sub.assignment)
     if sandboxing == "none":
         result.flags.append("graded without a sandbox (HPCDL_SANDBOX=none)")
@@ -308,7 +359,7 @@ def _said(cell) -> str:
 def graded_cells(student: str, assignment: str, notebooks: list, gpu: bool) -> dict:
     """notebook -> grade_id -> {"score", "max", "message", "here"} for the given graded notebooks."""
     found = {}
-    with Gradebook(f"sqlite:///{paths.work() / 'gradebook.db'}") as gb:
+    with gradebook.open_gradebook() as gb:
         for name in notebooks:
             try:
                 points = {g.name: (g.score, g.max_score)
@@ -405,7 +456,7 @@ def keep_timestamp(folder, sub: submissions.Submission) -> list:
     if text:
         (paths.work() / "submitted" / sub.student / sub.assignment / "timestamp.txt").write_text(text + "\n")
     else:  # nbgrader keeps an earlier upload's time where the new one has none: that time is not this upload's
-        with Gradebook(f"sqlite:///{paths.work() / 'gradebook.db'}") as gb:
+        with gradebook.open_gradebook() as gb:
             try:
                 submission = gb.find_submission(sub.assignment, sub.student)
             except MissingEntry:
@@ -424,8 +475,9 @@ def notes(r: Result) -> list:
             f"({records.NO_GPU})" for nb, cells in r.cells.items() for g, c in cells.items() if not c["here"]]
 
 
-def cell_summary(results: list) -> str:
-    """How many of this run's graded submissions passed (full points) each graded cell."""
+def cell_counts(results: list) -> dict:
+    """(notebook, grade_id) -> {"max", "passed", "of", "here"}: how many of the results' graded submissions
+    passed (full points) each graded cell, in the order first seen."""
     cells = {}
     for r in results:
         for nb, grades in r.cells.items():
@@ -435,6 +487,12 @@ def cell_summary(results: list) -> str:
                 entry["of"] += 1
                 entry["passed"] += c["score"] >= c["max"]
                 entry["here"] &= c["here"]
+    return cells
+
+
+def cell_summary(results: list) -> str:
+    """How many of this run's graded submissions passed (full points) each graded cell, as a table."""
+    cells = cell_counts(results)
     if not cells:
         return ""
     rows = [("notebook", "cell", "points", "passed")] + [

@@ -1,24 +1,70 @@
 """Run nbgrader's own command line, with this course's configuration, one step at a time."""
 import os
+import signal
 import subprocess
 import sys
+import threading
 
 from . import paths
 
 
-def nbgrader(*args, timeout: float | None = None) -> subprocess.CompletedProcess:
-    """`nbgrader ARGS` run from autograder/, where nbgrader_config.py lives; output captured."""
+_running = set()  # the nbgrader processes under way, each the leader of its own process group
+_lock = threading.Lock()
+
+
+def nbgrader(*args, timeout: float | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`nbgrader ARGS` run from autograder/, where nbgrader_config.py lives; output captured. `env`: variables
+    added to this process's. It runs in a process group of its own (with the checker it starts), which a
+    timeout or stop_all() ends as a whole."""
     paths.work().mkdir(parents=True, exist_ok=True)  # SQLite does not create the gradebook's folder
     command = [sys.executable, "-m", "nbgrader", *map(str, args)]
     # nbgrader runs `alembic` (and the kernel its `jupyter`) by name: put this environment's bin/ first.
     bin_dir = os.path.dirname(sys.executable)
-    env = {**os.environ, "HPCDL_WORK": str(paths.work()), "PYTHONWARNINGS": "ignore",
+    env = {**os.environ, **(env or {}), "HPCDL_WORK": str(paths.work()), "PYTHONWARNINGS": "ignore",
            "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+    proc = subprocess.Popen(command, cwd=paths.AUTOGRADER, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, stdin=subprocess.DEVNULL, start_new_session=True)
+    with _lock:
+        _running.add(proc)
     try:
-        return subprocess.run(command, cwd=paths.AUTOGRADER, env=env, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as e:
-        return subprocess.CompletedProcess(command, -1, "", f"timed out after {timeout:g} s\n{e.stderr or ''}")
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _end_group(proc)
+        _, err = proc.communicate()
+        return subprocess.CompletedProcess(command, -1, "", f"timed out after {timeout:g} s\n{err or ''}")
+    finally:
+        with _lock:
+            _running.discard(proc)
+        if proc.poll() is None:  # an exception here (Ctrl-C): nothing of this nbgrader may outlive it
+            _end_group(proc)
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def _end_group(proc: subprocess.Popen, grace: float = 5.0) -> None:
+    """SIGTERM to the process group of `proc`, SIGKILL to what is left after `grace` seconds."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            continue
+        if sig == signal.SIGTERM:  # the leader is gone; the checker below it may not be
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return
+
+
+def stop_all() -> None:
+    """End every nbgrader process under way (a grading run that is being stopped)."""
+    with _lock:
+        running = list(_running)
+    for proc in running:
+        _end_group(proc)
 
 
 GENERIC = ("There was an error processing", "Please see the", "Traceback (most recent call last)")

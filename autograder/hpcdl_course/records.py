@@ -9,9 +9,9 @@ import json
 import os
 import pathlib
 
-from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.api import MissingEntry
 
-from . import answers, paths
+from . import answers, gradebook, paths
 from .nbgrader_run import errors, nbgrader
 
 # --- What each upload came to, kept across runs: <work>/records/<student>/<assignment>.json ---------------
@@ -60,10 +60,29 @@ def load_records() -> dict:
     return found
 
 
-def remember(result, when: str, staged: bool) -> None:
+UNFINISHED = ("not graded: its grading did not finish (the run was stopped); grade the folder again "
+              "(RESUME=1 grades only what did not finish)")
+
+
+def grading_started(student: str, assignment: str, when: str, digest: str) -> None:
+    """Record that this upload's grading has begun, before anything of it is staged: a run stopped before it
+    finishes (killed, the machine lost) leaves the submission reported as not graded, never with the 0 or the
+    earlier upload's score that the gradebook may hold meanwhile."""
+    write_json(record_path(student, assignment), {
+        "student": student, "assignment": assignment, "graded": None,
+        "upload": {"at": when, "graded": False, "unfinished": True, "digest": digest, "problems": [], "flags": []}})
+
+
+def finished(rec: dict | None, digest: str) -> bool:
+    """Whether `rec` records the grading of exactly this upload (`digest`: upload_digest's) to its end."""
+    return bool(rec) and rec["upload"].get("digest") == digest and not rec["upload"].get("unfinished")
+
+
+def remember(result, when: str, staged: bool, digest: str | None = None) -> None:
     """Record what this upload (a grade.Result) came to, beside what the records already hold."""
     old = load_record(result.student, result.assignment) or {}
-    upload = {"at": when, "graded": result.graded, "problems": result.problems, "flags": result.flags}
+    upload = {"at": when, "graded": result.graded, "problems": result.problems, "flags": result.flags,
+              "digest": digest}
     if result.graded:
         cells = {nb: {g: {k: c[k] for k in ("message", "max", "here")} for g, c in grades.items()}
                  for nb, grades in result.cells.items()}
@@ -79,6 +98,8 @@ def status(rec: dict) -> str:
     upload, graded = rec["upload"], rec.get("graded")
     if upload["graded"]:
         return "graded"
+    if upload.get("unfinished"):
+        return UNFINISHED
     why = "not gradable: " + "; ".join(upload["problems"])
     return f"{why} (the score is that of the upload graded {graded['at']})" if graded else why
 
@@ -123,7 +144,7 @@ def write_csvs() -> None:
 
 def _write_grades(path, fields, rows, records) -> None:
     rows = [row for row in rows if row["assignment"] in paths.assignments()]
-    with Gradebook(f"sqlite:///{paths.work() / 'gradebook.db'}") as gb:
+    with gradebook.open_gradebook() as gb:
         seen = set()
         for row in rows:
             key = (row["assignment"], row["student_id"])
@@ -169,7 +190,7 @@ def _fill(row: dict, rec: dict) -> None:
 
 def _write_by_cell(path, records) -> None:
     rows = []
-    with Gradebook(f"sqlite:///{paths.work() / 'gradebook.db'}") as gb:
+    with gradebook.open_gradebook() as gb:
         for assignment in gb.assignments:
             if assignment.name not in paths.assignments():
                 continue
