@@ -81,6 +81,27 @@ def roofline_explorer(peak_flops: float, peak_bandwidth: float):
     return widgets.VBox([slider, label])
 
 
+def step_through(draw, steps: int, *, description: str = "step"):
+    """A slider over steps 0 .. steps - 1; below it, the matplotlib figure that draw(step) returns, redrawn as the
+    slider moves (an algorithm replayed one step at a time)."""
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+
+    slider = widgets.IntSlider(value=0, min=0, max=steps - 1, description=description, continuous_update=False)
+    shown = widgets.Output()
+
+    def show(change=None):
+        with shown:
+            shown.clear_output(wait=True)
+            fig = draw(slider.value)
+            plt.show()
+            plt.close(fig)
+
+    slider.observe(show, names="value")
+    show()
+    return widgets.VBox([slider, shown])
+
+
 def plot_program_blocks(n_elements: int, block_size: int):
     """An array of n_elements split into blocks of block_size, one colour per program; the lanes of the last
     block that lie past the end are drawn hatched: the mask switches them off."""

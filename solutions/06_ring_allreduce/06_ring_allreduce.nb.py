@@ -87,30 +87,55 @@ def simulate_ring(size):
     return states
 
 
+def step_name(i, size):
+    return "start" if i == 0 else (f"reduce-scatter {i}" if i < size else f"all-gather {i - size + 1}")
+
+
+def draw_ring_state(ax, state, size, title):
+    counts = np.array([[len(chunk) for chunk in row] for row in state])
+    ax.imshow(counts, vmin=0, vmax=size, cmap="Blues")
+    for rank in range(size):
+        for chunk in range(size):
+            label = "".join(str(r) for r in sorted(state[rank][chunk]))
+            ax.text(chunk, rank, label, ha="center", va="center", fontsize=8,
+                    color="white" if counts[rank, chunk] > size / 2 else "black")
+    ax.set_title(title, fontsize=9)
+    ax.set_xticks(range(size))
+    ax.set_xlabel("chunk")
+    ax.set_yticks(range(size))
+    ax.set_ylabel("rank")
+
+
 def plot_ring(size=4):
+    """Every step of the ring side by side."""
     import matplotlib.pyplot as plt
 
     states = simulate_ring(size)
     fig, axes = plt.subplots(1, len(states), figsize=(2.1 * len(states), 2.6), sharey=True)
     for i, (ax, state) in enumerate(zip(axes, states)):
-        counts = np.array([[len(chunk) for chunk in row] for row in state])
-        ax.imshow(counts, vmin=0, vmax=size, cmap="Blues")
-        for rank in range(size):
-            for chunk in range(size):
-                label = "".join(str(r) for r in sorted(state[rank][chunk]))
-                ax.text(chunk, rank, label, ha="center", va="center", fontsize=8,
-                        color="white" if counts[rank, chunk] > size / 2 else "black")
-        phase = "start" if i == 0 else (f"reduce-scatter {i}" if i < size else f"all-gather {i - size + 1}")
-        ax.set_title(phase, fontsize=9)
-        ax.set_xticks(range(size))
-        ax.set_xlabel("chunk")
-        ax.set_yticks(range(size))
-    axes[0].set_ylabel("rank")
+        draw_ring_state(ax, state, size, step_name(i, size))
+    fig.tight_layout()
+    return fig
+
+
+def ring_step(size, i):
+    """One step of the ring, large: for the slider below."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(3.4, 3.2))
+    draw_ring_state(ax, simulate_ring(size)[i], size, f"{size} ranks, {step_name(i, size)}")
     fig.tight_layout()
     return fig
 
 
 plot_ring(4);
+
+# %% [markdown]
+# The same replay one step at a time: move the slider and follow one chunk around the ring. With 5 ranks
+# (`ring_step(5, i)`), each rank's buffer has 5 chunks and the ring takes 2 × 4 steps.
+
+# %%
+hpcdl.plots.step_through(lambda i: ring_step(4, i), 2 * (4 - 1) + 1, description="step")
 
 # %% [markdown]
 # Read it column by column: after `reduce-scatter 3` the diagonal `chunk = rank + 1` is dark (complete,
