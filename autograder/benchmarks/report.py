@@ -1,5 +1,5 @@
 """Turn the committed results (results/<benchmark>/<file>.json, the newest of each: GPU runs, and the
-CPU run of the MPI ring) into the README's results tables:
+CPU runs of the MPI ring and of DDP's step times) into the README's results tables:
 
     PYTHONPATH=autograder python -m benchmarks.report
 """
@@ -126,12 +126,36 @@ def ring_allreduce_table(path) -> str:
     return "\n".join(rows)
 
 
+def ddp_bucketing_table(path) -> str:
+    r = json.loads(pathlib.Path(path).read_text())
+    m, s, calls = r["model"], r["seconds"], r["all_reduces_per_step"]
+    rows = ["#### 07 DDP step time (CPU, gloo)", "",
+            f"Measured on {r['machine']} (torch {r['torch']}, Python {r['python']}), {r['date']}, {r['ranks']} gloo "
+            f"ranks of {r['threads_per_rank']} thread, load average {r['load_average_at_start'][0]:.1f} at the start, "
+            f"with `{r['command']}`; {r['timing']}. File: `{pathlib.Path(path).relative_to(REPO)}`.", "",
+            f"Model: {m['layers']} x (Linear({m['width']}, {m['width']}), ReLU), {m['tensors']} tensors, "
+            f"{m['gradient_bytes'] / 1e6:.0f} MB of float32 gradients; {m['rows_per_rank']} rows per rank. "
+            f"Forward and backward alone: {1e3 * s['forward and backward alone']:.0f} ms a step.", "",
+            "| ms per step (all-reduces per step) | no buckets | "
+            + " | ".join(f"cap {c} MiB" for c in r["caps_mb"]) + " |",
+            "|---|---|" + "---|" * len(r["caps_mb"])]
+    for way in ("per parameter", "flat after backward"):
+        rows.append(f"| {way} | {1e3 * s[way]:.0f} ({calls[way]}) |" + " |" * len(r["caps_mb"]))
+    for way in ("BucketedDDP", "DistributedDataParallel"):
+        rows.append(f"| {way} | | " + " | ".join(f"{1e3 * t:.0f} ({n})" for t, n in zip(s[way], calls[way])) + " |")
+    rows += ["", f"Note: {r['note']}."]
+    return "\n".join(rows)
+
+
 TABLES = {"vector_add": vector_add_table, "softmax": softmax_table, "fused_mlp": fused_mlp_table,
-          "ring_allreduce": ring_allreduce_table}
+          "ring_allreduce": ring_allreduce_table, "ddp_bucketing": ddp_bucketing_table}
 # What each results file must record of how it was measured.
 GPU_RECORD = ("date", "gpu", "driver", "torch", "triton", "command", "timing", "copy_gbps")
-CPU_RECORD = ("date", "machine", "python", "numpy", "mpi4py", "mpi", "command", "timing", "ranks")
-RECORD = {"vector_add": GPU_RECORD, "softmax": GPU_RECORD, "fused_mlp": GPU_RECORD, "ring_allreduce": CPU_RECORD}
+CPU_RECORD = ("date", "machine", "python", "command", "timing", "ranks", "load_average_at_start")
+MPI_RECORD = CPU_RECORD + ("numpy", "mpi4py", "mpi")
+TORCH_CPU_RECORD = CPU_RECORD + ("torch",)
+RECORD = {"vector_add": GPU_RECORD, "softmax": GPU_RECORD, "fused_mlp": GPU_RECORD, "ring_allreduce": MPI_RECORD,
+          "ddp_bucketing": TORCH_CPU_RECORD}
 
 
 def tables() -> str:
