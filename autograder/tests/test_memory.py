@@ -1,13 +1,13 @@
 """hpcdl.memory: resident bytes from the kernel's counters, in this process and, for a grading stand-in, in the
 worker's processes, read by the checker from outside them (notebook 09's zero-copy check rests on this)."""
 import os
-import sys
 
 import pytest
 
 from hpcdl import memory
-from hpcdl_course import sandbox
 from hpcdl_grader import remote
+
+import workers
 
 MiB = 1 << 20
 
@@ -37,9 +37,7 @@ def test_a_field_of_a_process_that_has_ended_reads_zero():
 
 @pytest.fixture(scope="module")
 def worker():
-    w = remote.WorkerProcess([sys.executable, "-m", "hpcdl_grader.worker"], env=sandbox.environment(), timeout=120)
-    reply = w.request({"op": "run_cells", "cells": [{"id": "cells", "source": CELLS, "answer": True}]}, what="cells")
-    assert reply["errors"] == {}
+    w = workers.started(CELLS)
     yield w
     w.stop()
 

@@ -1,14 +1,13 @@
 """The checker's timing of a worker's function (hpcdl.speed at grading time), run on this machine's device:
 the clock stops only when an element of every timed output has arrived, those elements are checked against
 the reference, and the overhead of a batch is measured on a worker that runs no learner code."""
-import sys
-
 import pytest
 import torch
 
 from hpcdl import check
 from hpcdl_grader import clock, remote
-from hpcdl_course import sandbox
+
+import workers
 
 CELLS = '''
 import torch
@@ -60,10 +59,7 @@ def big_tensors():
 
 @pytest.fixture(scope="module")
 def worker():
-    # The grading worker's environment, without the sandbox (tested elsewhere).
-    w = remote.WorkerProcess([sys.executable, "-m", "hpcdl_grader.worker"], env=sandbox.environment(), timeout=120)
-    reply = w.request({"op": "run_cells", "cells": [{"id": "cells", "source": CELLS, "answer": True}]}, what="cells")
-    assert reply["errors"] == {}
+    w = workers.started(CELLS)
     yield w
     w.stop()
 
