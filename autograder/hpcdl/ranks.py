@@ -271,7 +271,7 @@ def mpi_call(path, function: str, nprocs: int, *, args=(), timeout: float = TIME
 # --- torch.distributed -------------------------------------------------------------------------
 
 _DISTRIBUTED_CALL = processes.CALL_FILE + textwrap.dedent("""
-    import os, pickle, sys, time
+    import datetime, os, pickle, sys, time
     import torch
     import torch.distributed as dist
     path, function, backend, args_file, out_dir = sys.argv[1:]
@@ -299,9 +299,22 @@ _DISTRIBUTED_CALL = processes.CALL_FILE + textwrap.dedent("""
         args = pickle.load(f)
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     result = call_file(path, function, (rank, world_size, *args), {}, os.path.join(out_dir, f"rank{rank}.raised"))
+    saved = os.path.join(out_dir, f"rank{rank}.pt")
+    torch.save(result, saved + ".part")
+    os.replace(saved + ".part", saved)
     open(os.path.join(out_dir, f"rank{rank}.returned"), "w").close()
-    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
-    dist.destroy_process_group()
+    # The result is kept: leave without tearing the process group down. Gloo's threads could abort the
+    # interpreter's exit ("terminate called without an active exception") after the result was written.
+    # Rank 0 hosts the store: it stays until every rank is done (a rank still joining needs it).
+    store.set(f"hpcdl-done-{rank}", "1")
+    if rank == 0:
+        try:
+            store.wait([f"hpcdl-done-{r}" for r in range(world_size)], datetime.timedelta(seconds=300))
+        except Exception:
+            pass  # a rank failed or hangs: the caller reports it
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 """)
 
 
