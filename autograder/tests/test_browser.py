@@ -324,7 +324,8 @@ def test_solution_passes_in_jupyterlab(lab, browser, assignment):
                 if session["path"] == path:
                     lab.api(f"sessions/{session['id']}", method="DELETE")
             page.reload()
-            expect(page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell")).to_have_count(len(nb.cells))
+            # Reopened on a loaded machine a long notebook took more than the default 5 s to show all its cells.
+            expect(page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell")).to_have_count(len(nb.cells), timeout=60_000)
             page.wait_for_timeout(3000)
             assert "Error displaying widget" not in page.locator(".jp-NotebookPanel").inner_text()
             _check_pictures(page, nb, plots)
