@@ -271,7 +271,7 @@ def mpi_call(path, function: str, nprocs: int, *, args=(), timeout: float = TIME
 # --- torch.distributed -------------------------------------------------------------------------
 
 _DISTRIBUTED_CALL = processes.CALL_FILE + textwrap.dedent("""
-    import datetime, os, pickle, sys, time
+    import os, pickle, sys, time
     import torch
     import torch.distributed as dist
     path, function, backend, args_file, out_dir = sys.argv[1:]
@@ -305,13 +305,11 @@ _DISTRIBUTED_CALL = processes.CALL_FILE + textwrap.dedent("""
     open(os.path.join(out_dir, f"rank{rank}.returned"), "w").close()
     # The result is kept: leave without tearing the process group down. Gloo's threads could abort the
     # interpreter's exit ("terminate called without an active exception") after the result was written.
-    # Rank 0 hosts the store: it stays until every rank is done (a rank still joining needs it).
-    store.set(f"hpcdl-done-{rank}", "1")
-    if rank == 0:
-        try:
-            store.wait([f"hpcdl-done-{r}" for r in range(world_size)], datetime.timedelta(seconds=300))
-        except Exception:
-            pass  # a rank failed or hangs: the caller reports it
+    # Rank 0 hosts the store: it stays until every rank has joined the group (a rank still joining needs it).
+    joined = [os.path.join(out_dir, f"rank{r}.joined") for r in range(world_size)]
+    deadline = time.monotonic() + 120
+    while rank == 0 and time.monotonic() < deadline and not all(os.path.exists(j) for j in joined):
+        time.sleep(0.05)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
