@@ -17,7 +17,6 @@ raising: then RanksFailed describes the run.
 import functools
 import os
 import pickle
-import socket
 import sys
 import tempfile
 import textwrap
@@ -314,13 +313,6 @@ _DISTRIBUTED_CALL = processes.CALL_FILE + textwrap.dedent("""
     sys.stderr.flush()
     os._exit(0)
 """)
-
-
-def free_port() -> int:
-    """A TCP port that nothing listens on now (the system picks it), for rank 0's rendezvous."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def default_backend(world_size: int) -> str:

@@ -359,12 +359,6 @@ def test_without_gpus_the_backend_is_gloo():
     assert ranks.default_backend(torch.cuda.device_count() + 1) == "gloo"
 
 
-def test_free_port_can_be_bound():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", ranks.free_port()))
-
-
 def test_more_ranks_than_cores_use_mpichs_point_to_point_collectives(monkeypatch):
     monkeypatch.delenv("MPIR_CVAR_DEVICE_COLLECTIVES", raising=False)
     cores = os.cpu_count() or 1
