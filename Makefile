@@ -10,6 +10,12 @@ JOBS ?= auto
 SUBMISSIONS ?=
 CONFIRM ?=
 DIST ?= dist/learner
+SHARDS ?=
+PARTITION ?=
+GPUS_PER_TASK ?= 1
+TIME_LIMIT ?= 04:00:00
+CPUS_PER_TASK ?= 4
+SBATCH_ARGS ?=
 
 PY := $(VENV)/bin/python
 WORK := autograder/work
@@ -24,6 +30,8 @@ help:
 	@echo "make check-notebook NB=01_vector_add   only that notebook's tests: build, release, its fixtures graded"
 	@echo "make grade        grade SUBMISSIONS=... (empty: the demo submissions); JOBS=N at once (default: a core"
 	@echo "                  or a GPU each); RESUME=1: not again what an earlier run graded to its end"
+	@echo "make grade-slurm  SUBMISSIONS=... SHARDS=N: a Slurm job array, one shard per task, into GRADEBOOK_URL's"
+	@echo "                  server (PARTITION, GPUS_PER_TASK=1, TIME_LIMIT=04:00:00); make grade-collect: the CSVs"
 	@echo "make release      build the student release of the assignments"
 	@echo "make notebooks    build the course notebooks"
 	@echo "make new-notebook NAME=05_int4_packing   start solutions/05_int4_packing/ from the standard arc"
@@ -43,9 +51,10 @@ setup:
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=course $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
-# Tests that share a grading run carry one xdist_group, so --dist loadgroup grades each once.
+# Tests that share a grading run carry one xdist_group, so --dist loadgroup grades each once; groups are handed
+# out longest first (conftest.py's LONGEST_FIRST), not by their number of tests.
 test: test-tools setup
-	$(PY) -m pytest autograder/tests -n $(JOBS) --dist loadgroup --nb="$(NB)" $(PYTEST_ARGS)
+	$(PY) -m pytest autograder/tests -n $(JOBS) --dist loadgroup --no-loadscope-reorder --nb="$(NB)" $(PYTEST_ARGS)
 
 # One notebook's tests only (mark `notebook`, autograder/tests/conftest.py): its build and release checks,
 # its solution, release and answers.toml fixtures graded, and the same fixtures run as a learner runs them.
@@ -69,6 +78,21 @@ grade-tools:
 grade: grade-tools setup
 	$(PY) -m hpcdl_course grade $(SUBMISSIONS) $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) --jobs $(JOBS) \
 	  $(if $(filter 1,$(RESUME)),--resume)
+
+# A Slurm job array over a cluster (README: Grading on a Slurm cluster): releases into GRADEBOOK_URL's server,
+# writes $(WORK)/slurm/grade-<time>.sbatch (task K of SHARDS grades shard K/SHARDS) and submits it; prints the
+# job id. PARTITION (default: the cluster's), GPUS_PER_TASK (--gres=gpu:N; 0: none), TIME_LIMIT per task,
+# CPUS_PER_TASK, SBATCH_ARGS (more sbatch options, space-separated). grade-collect, once it has run: the CSVs.
+.PHONY: grade-slurm grade-collect
+grade-slurm: setup
+	@if [ -z "$(SUBMISSIONS)" ] || [ -z "$(SHARDS)" ]; then \
+	  echo "usage: GRADEBOOK_URL=postgresql://... make grade-slurm SUBMISSIONS=folder SHARDS=N"; exit 2; fi
+	$(PY) -m hpcdl_course grade-slurm $(SUBMISSIONS) --shards $(SHARDS) $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) \
+	  $(if $(PARTITION),--partition $(PARTITION)) --gpus $(GPUS_PER_TASK) --time $(TIME_LIMIT) \
+	  --cpus $(CPUS_PER_TASK) --jobs $(JOBS) $(if $(filter 1,$(RESUME)),--resume) \
+	  $(foreach a,$(SBATCH_ARGS),--sbatch-arg=$(a))
+grade-collect: setup
+	$(PY) -m hpcdl_course grade-collect
 
 # Refuses to replace notebooks in course/ that hold work; FORCE=1 moves them to course.bak-<time>/.
 release: setup

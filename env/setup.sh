@@ -138,11 +138,14 @@ def files(folder):
 
 
 for name in tool.get("packages", []):
-    spec = importlib.util.find_spec(name)
+    top, *inner = name.split(".")  # a subpackage is found through its top package, which is not imported
+    spec = importlib.util.find_spec(top)
     if spec is None or not spec.submodule_search_locations:
         sys.exit(f"it has no {name} package")
-    found = pathlib.Path(spec.submodule_search_locations[0])
-    if files(found) != files(root / tool.get("package-dir", {}).get("", "") / name):
+    found = pathlib.Path(spec.submodule_search_locations[0]).joinpath(*inner)
+    if not found.is_dir():
+        sys.exit(f"it has no {name} package")
+    if files(found) != files(root / tool.get("package-dir", {}).get("", "") / name.replace(".", "/")):
         sys.exit(f"its {name} package, {found}, differs from this folder's")
 EOF
 }

@@ -3,12 +3,13 @@
 # .ci/run before that; it prints nothing when nothing is missing.
 #
 #   bash env/system-tools.sh test           bubblewrap (bwrap: grading's sandbox), Debian's Chromium
-#                                           at /usr/bin/chromium (the browser test) and Debian's
-#                                           postgresql (the PostgreSQL gradebook test). As root with apt-get
+#                                           at /usr/bin/chromium (the browser test), Debian's
+#                                           postgresql (the PostgreSQL gradebook test) and slurm-wlm and
+#                                           munge (the Slurm grading test). As root with apt-get
 #                                           it installs what is missing; otherwise it stops with one line
 #                                           that says what to run. Without Chromium the browser test
 #                                           skips, so only CI (CI or HPCDL_REQUIRE_BROWSER=1) stops for it;
-#                                           without PostgreSQL its test skips, and CI (CI) stops.
+#                                           without PostgreSQL or Slurm its test skips, and CI (CI) stops.
 #   bash env/system-tools.sh grade [PYTHON] whether grading can sandbox submissions, as
 #                                           autograder/hpcdl_course/sandbox.py decides (HPCDL_SANDBOX=none:
 #                                           no sandbox); stops with its one line if not.
@@ -37,18 +38,20 @@ case "$what" in
 test)
   ci=${CI:-}
   required=0  # as autograder/tests/test_browser.py: there the browser test fails instead of skipping
-  ci_required=0  # CI alone (the PostgreSQL test)
+  ci_required=0  # CI alone (the PostgreSQL and Slurm tests)
   case "${ci,,}" in ""|0|false) ;; *) required=1; ci_required=1 ;; esac
   [ "${HPCDL_REQUIRE_BROWSER:-}" = 1 ] && required=1
   missing() {
     command -v bwrap >/dev/null || echo bubblewrap
     [ -x "$CHROMIUM" ] || echo chromium
     compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null || echo postgresql
+    [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && command -v sbatch >/dev/null || echo slurm-wlm
+    [ -x /usr/sbin/munged ] || echo munge
   }
   need=$(missing | xargs)
   why=  # what apt-get said when it could not install a package
   if [ -n "$need" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "make test: installing $need with apt-get (the sandbox; the browser and PostgreSQL tests)"
+    echo "make test: installing $need with apt-get (the sandbox; the browser, PostgreSQL and Slurm tests)"
     log=$(mktemp)
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >"$log" 2>&1 || true
@@ -73,6 +76,16 @@ test)
            "(to run it: ${sudo}apt-get install -y postgresql)"
       need=$(echo "$need" | sed 's/postgresql//' | xargs) ;;
   esac
+  # The Slurm grading test (autograder/tests/test_grading_slurm.py) starts munged, slurmctld and slurmd of
+  # its own; it skips without them, except in CI.
+  slurm=$(printf '%s\n' $need | grep -xE 'slurm-wlm|munge' | xargs || true)
+  if [ -n "$slurm" ]; then
+    [ "$ci_required" = 1 ] && stop "the Slurm grading test must run in CI, but there is no $slurm$why:" \
+                                   "run \`${sudo}apt-get install -y slurm-wlm munge\`"
+    echo "make test: no $slurm, so the Slurm grading test will skip$why" \
+         "(to run it: ${sudo}apt-get install -y slurm-wlm munge)"
+    need=$(echo " $need " | sed -e 's/ slurm-wlm / /' -e 's/ munge / /' | xargs)
+  fi
   if [ -n "$need" ]; then
     [ "$required" = 1 ] && stop "the browser test must run here (CI or HPCDL_REQUIRE_BROWSER=1), but there is" \
                                 "no $CHROMIUM$why: run \`${sudo}apt-get install -y chromium\`, then make test again"

@@ -26,6 +26,7 @@ def thresholds_now() -> dict:
     from . import fused_mlp, int4_gemv, softmax
     return ({name: thresholds for name, thresholds in softmax.GRADED.values()}
             | {"bias_gelu": fused_mlp.BIAS_GELU_THRESHOLDS, "linear_gelu": fused_mlp.LINEAR_THRESHOLDS,
+               "linear_gelu_persistent": fused_mlp.PERSISTENT_THRESHOLDS,
                "int4_gemv": int4_gemv.THRESHOLDS})
 
 
@@ -95,15 +96,28 @@ def fused_mlp_table(path) -> str:
         shape = " x ".join(str(n) for n in g["shape"])
         rows += [f"| {shape} {g['dtype']}, {g['unit']} | " + " | ".join(f"`{k}`" for k in labels) + " |",
                  "|---|" + "---|" * len(labels),
-                 "| median | " + " | ".join(f"{g['median'][k]:.0f}" for k in labels) + " |", "",
-                 _verdict(f"`{name}`", g, thresholds_now()[name]), ""]
-    rows += ["| K, at 4096 x 11008 (TFLOP/s) | eager `gelu(addmm)` | `linear_gelu` | cuBLAS matmul alone | "
-             "measured `linear_gelu` / eager | best possible by the notebook's model |",
-             "|---|---|---|---|---|---|"]
+                 "| median | " + " | ".join(f"{g['median'][k]:.0f}" for k in labels) + " |", ""]
+        for graded, verdict in g.get("graded", {name: g}).items():
+            rows += [_verdict(f"`{graded}`", verdict, thresholds_now()[graded]), ""]
+    persistent = "linear_gelu_persistent" in r["k_sweep"][0]
+    rows += ["| K, at 4096 x 11008 (TFLOP/s) | eager `gelu(addmm)` | `linear_gelu` | "
+             + ("`linear_gelu_persistent` | " if persistent else "") + "cuBLAS matmul alone | "
+             "measured `linear_gelu` / eager | " + ("measured `linear_gelu_persistent` / eager | " if persistent else "")
+             + "best possible by the notebook's model |",
+             "|---|---|---|---|---|---|" + ("---|---|" if persistent else "")]
     for k in r["k_sweep"]:
         rows.append(f"| {k['K']} | {k['eager gelu(addmm)']:.0f} | {k['linear_gelu']:.0f} | "
-                    f"{k['cuBLAS matmul alone']:.0f} | {k['measured_speedup_vs_eager']:.2f} | "
-                    f"{k['best_epilogue_speedup']:.2f} |")
+                    + (f"{k['linear_gelu_persistent']:.0f} | " if persistent else "")
+                    + f"{k['cuBLAS matmul alone']:.0f} | {k['measured_speedup_vs_eager']:.2f} | "
+                    + (f"{k['persistent_speedup_vs_eager']:.2f} | " if persistent else "")
+                    + f"{k['best_epilogue_speedup']:.2f} |")
+    if r.get("persistent_steps"):
+        labels = [k for k in r["persistent_steps"][0] if k != "shape"]
+        rows += ["", "Exercise 4b step by step (TFLOP/s, one set of inputs per shape):", "",
+                 "| M x N x K | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+        for step in r["persistent_steps"]:
+            rows.append(f"| {' x '.join(str(n) for n in step['shape'])} | "
+                        + " | ".join(f"{step[k]:.0f}" for k in labels) + " |")
     return "\n".join(rows)
 
 

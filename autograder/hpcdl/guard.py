@@ -75,7 +75,7 @@ def _watch_interpreted_loads() -> None:
     if getattr(original, "hpcdl_watched", False):
         return
 
-    def create_masked_load(self, ptrs, mask, other, *rest):
+    def create_masked_load(self, ptrs, mask, other, *rest, **options):
         if _loading:
             lanes = ptrs.data[np.broadcast_to(mask.data, ptrs.data.shape)].astype(np.uint64)
             for r in _loading:
@@ -83,7 +83,7 @@ def _watch_interpreted_loads() -> None:
         lane_type = _FLOAT_LANES.get(str(ptrs.get_element_ty()))
         if other is None and lane_type is not None and not np.all(mask.data):
             other = TensorHandle(np.full(ptrs.data.shape, np.nan, dtype=lane_type), ptrs.get_element_ty())
-        return original(self, ptrs, mask, other, *rest)
+        return original(self, ptrs, mask, other, *rest, **options)
 
     create_masked_load.hpcdl_watched = True
     InterpreterBuilder.create_masked_load = create_masked_load

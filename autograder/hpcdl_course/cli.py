@@ -5,12 +5,13 @@ import os
 import pathlib
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 
 from . import sandbox
 from . import answers, class_run, grade, gradebook, notebooks, paths, prebuild, release, submissions, summary_plot
-from . import distribute
+from . import distribute, shards, slurm
 from . import scaffold
 
 
@@ -44,6 +45,16 @@ def cmd_grade(args) -> int:
     except ValueError:
         print(f"error: --jobs must be a whole number of at least 1, or auto (got {args.jobs!r})", file=sys.stderr)
         return 2
+    shard = None
+    if args.shard:
+        try:
+            shard = shards.parse(args.shard)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        if args.submissions is None:
+            print("error: --shard grades a folder of submissions: name it", file=sys.stderr)
+            return 2
     folder = args.submissions
     if folder is None:
         # The demo has a work folder and gradebook of its own, and starts from a fresh release.
@@ -61,7 +72,7 @@ def cmd_grade(args) -> int:
     # SIGTERM (a scheduler's end of a job) stops the run as Ctrl-C does: what is not finished is reported so.
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        results = grade.grade_folder(folder, wanted or None, jobs=jobs, resume=args.resume)
+        results = grade.grade_folder(folder, wanted or None, jobs=jobs, resume=args.resume, shard=shard)
     except class_run.Stopped:
         print(f"error: the run was stopped; what it did not finish is \"not graded\" in "
               f"{paths.work() / 'grades.csv'}: grade the folder again with RESUME=1 (--resume) to finish it",
@@ -76,6 +87,11 @@ def cmd_grade(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print()
+    if shard:  # one task of an array: the CSVs and the class summary are grade-collect's, once all have run
+        print(grade.table([dataclasses.replace(r, problems=r.problems + grade.notes(r)) for r in results]))
+        print(f"\nshard {shard[0]}/{shard[1]} done; gradebook: {gradebook.shown_url()}; after the whole array: "
+              f"make grade-collect")
+        return 0
     # The table's notes column also says which cells this machine could not grade (speed cells without a GPU).
     print(grade.table([dataclasses.replace(r, problems=r.problems + grade.notes(r)) for r in results]))
     summary = grade.cell_summary(results)
@@ -97,6 +113,44 @@ def cmd_grade(args) -> int:
     print(f"\ngradebook: {gradebook.shown_url()}\ngrades CSV: {work / 'grades.csv'}\n"
           f"grades per cell: {work / 'grades-by-cell.csv'}\nfeedback: {work / 'feedback'}")
     return 0
+
+
+def cmd_grade_slurm(args) -> int:
+    try:
+        job = slurm.submit(args.submissions, args.shards, assignments=[a for given in args.assignment or []
+                                                                         for a in given.split(",") if a],
+                           partition=args.partition, gpus=args.gpus, time_limit=args.time, cpus=args.cpus,
+                           jobs=args.jobs, resume=args.resume, extra=args.sbatch_arg or [])
+    except (slurm.SlurmError, submissions.BadSubmissionsFolder, grade.GradingSetupError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except grade.NothingToGrade as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"submitted Slurm job array {job} ({args.shards} task(s), one shard each; logs in {slurm.folder()}); "
+          f"when it has run: make grade-collect")
+    print(job)
+    return 0
+
+
+def cmd_grade_collect(args) -> int:
+    try:
+        job = slurm.collect()
+    except slurm.SlurmError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    work = paths.work()
+    if shutil.which("squeue"):
+        queued = subprocess.run(["squeue", "-h", "-j", job["job"]], capture_output=True, text=True, timeout=60)
+        if queued.returncode == 0 and queued.stdout.strip():
+            print(f"warning: job {job['job']} is still in the queue (squeue): collect again once it has ended")
+    for student, assignment in job["missed"]:
+        print(f"not graded: {submissions.printable(student)} / {assignment} (no task of job {job['job']} "
+              f"finished it: grade-slurm RESUME=1 grades only those)")
+    print(f"job {job['job']}: {len(job['missed'])} submission(s) not graded\ngradebook: {gradebook.shown_url()}\n"
+          f"grades CSV: {work / 'grades.csv'}\ngrades per cell: {work / 'grades-by-cell.csv'}\n"
+          f"feedback: {work / 'feedback'}")
+    return 1 if job["missed"] else 0
 
 
 def cmd_distribute(args) -> int:
@@ -167,7 +221,25 @@ def main(argv=None) -> int:
                                                   "per core; on a GPU machine one per GPU, never more)")
     p.add_argument("--resume", action="store_true", help="leave alone each submission an earlier run graded to its "
                                                          "end, as handed in now (same notebooks, same timestamp)")
+    p.add_argument("--shard", help="K/N: grade only the students of the K-th of N shards (1 <= K <= N), into "
+                                    "assignments released earlier; no CSV (a Slurm task of grade-slurm)")
     p.set_defaults(run=cmd_grade)
+    p = sub.add_parser("grade-slurm", help="release, then submit a Slurm job array: each task grades one shard "
+                                           "into the GRADEBOOK_URL server")
+    p.add_argument("submissions", help="SUBMISSIONS/<student>/<assignment>/<notebook>.ipynb, on a shared filesystem")
+    p.add_argument("--shards", type=int, required=True, help="tasks in the array, one shard of the students each")
+    p.add_argument("--assignment", action="append", help="grade only this assignment (as for grade)")
+    p.add_argument("--partition", default="", help="Slurm partition (default: the cluster's default)")
+    p.add_argument("--gpus", type=int, default=1, help="GPUs per task, --gres=gpu:N (0: none)")
+    p.add_argument("--time", default="04:00:00", help="time limit per task (sbatch --time)")
+    p.add_argument("--cpus", type=int, default=4, help="CPUs per task (sbatch --cpus-per-task)")
+    p.add_argument("--jobs", default="auto", help="submissions graded at once in a task (auto: one per GPU)")
+    p.add_argument("--resume", action="store_true", help="as for grade: not again what was graded to its end")
+    p.add_argument("--sbatch-arg", action="append", help="one more sbatch option, e.g. --account=course")
+    p.set_defaults(run=cmd_grade_slurm)
+    p = sub.add_parser("grade-collect", help="after grade-slurm's array: grades.csv and grades-by-cell.csv from the "
+                                             "gradebook, and what no task graded")
+    p.set_defaults(run=cmd_grade_collect)
     p = sub.add_parser("distribute", help="write the learner distribution: course/, hpcdl, env/, binder/, "
                                           "no solutions")
     p.add_argument("target", nargs="?", default=distribute.DEFAULT_TARGET,

@@ -119,7 +119,7 @@ def pyproject() -> str:
         f"dependencies = {json.dumps(project['dependencies'])}",
         "",
         "[tool.setuptools]",
-        'packages = ["hpcdl"]',
+        'packages = ["hpcdl", "hpcdl.capstone"]',
         "",
     ])
 

@@ -17,7 +17,7 @@ import nbformat
 from tqdm import tqdm
 from nbgrader.api import MissingEntry
 
-from . import answers, class_run, gradebook, paths, prebuild, records, release, sandbox, submissions
+from . import answers, class_run, gradebook, paths, prebuild, records, release, sandbox, shards, submissions
 from . import cells as roles
 from .nbgrader_run import errors, nbgrader
 from .trusted_execute import report_path
@@ -101,27 +101,31 @@ class NothingToGrade(GradingSetupError):
         self.results = list(results)
 
 
-def grade_folder(folder, assignments=None, jobs: int | None = 1, resume: bool = False) -> list:
+def grade_folder(folder, assignments=None, jobs: int | None = 1, resume: bool = False,
+                 shard: tuple | None = None) -> list:
     """Grade every submission in `folder` (only those of `assignments`, when given); returns one Result
     per (student, assignment) seen. Only the assignments it grades are released into the gradebook;
     NothingToGrade where the folder holds no submission of them. What each upload came to is kept in
     <work>/records/, and grades.csv and grades-by-cell.csv are written again from all of it (records.py).
     `jobs` submissions are graded at once (None: one per core, or per GPU; class_run.py). `resume`: a
     submission whose upload an earlier run graded to its end is not graded again. A stopped run (Ctrl-C,
-    SIGTERM) leaves what it did not finish reported as not graded, and raises class_run.Stopped."""
+    SIGTERM) leaves what it did not finish reported as not graded, and raises class_run.Stopped.
+    `shard` (k, n): only the students of the k-th of n shards (shards.py), graded into an assignment that
+    prepare_folder released earlier, and no CSV (a Slurm task of `make grade-slurm`; grade-collect writes them)."""
     try:
         sandboxing = sandbox.mode()  # fails early, with what to do, where bubblewrap is missing
     except sandbox.SandboxUnavailable as e:
         raise GradingSetupError(str(e)) from None
     wanted = assignments or paths.assignments()
-    found = selected(folder, submissions.scan(folder), wanted, asked=bool(assignments))
-    due = due_dates()  # read before anything is released: a date nbgrader cannot read stops the run here
-    to_release = [a for a in wanted if any(sub.assignment == a and sub.notebooks for sub in found)]
-    release_into_gradebook(to_release, due)
-    for assignment in to_release:
-        said = prebuild.solution_builds(assignment)
-        if said:
-            print(said, flush=True)
+    if shard is None:
+        found, to_release = prepare_folder(folder, assignments)
+    else:
+        found = selected(folder, submissions.scan(folder), wanted, asked=bool(assignments))
+        to_release = [a for a in wanted if any(sub.assignment == a and sub.notebooks for sub in found)]
+        require_released(to_release)
+        found = shards.of(found, *shard)
+        print(f"shard {shard[0]}/{shard[1]}: {len({sub.student for sub in found})} student(s), "
+              f"{sum(bool(sub.notebooks) for sub in found)} submission(s) to grade", flush=True)
     note = speed_note(to_release)
     gpu = on_gpu() if note else True
     if not gpu:
@@ -168,8 +172,45 @@ def grade_folder(folder, assignments=None, jobs: int | None = 1, resume: bool = 
     try:
         class_run.run(todo, jobs, slots, grade, stop)
     finally:
-        records.write_csvs()
+        if shard is None:
+            records.write_csvs()
     return results
+
+
+def prepare_folder(folder, assignments=None) -> tuple:
+    """What every grading of `folder` does once before any submission is graded: select the submissions,
+    release their assignments into the gradebook (with due dates), build the solutions' C++ and register
+    every student (two gradings must not both add one). Returns (submissions, assignments released)."""
+    wanted = assignments or paths.assignments()
+    found = selected(folder, submissions.scan(folder), wanted, asked=bool(assignments))
+    due = due_dates()  # read before anything is released: a date nbgrader cannot read stops the run here
+    to_release = [a for a in wanted if any(sub.assignment == a and sub.notebooks for sub in found)]
+    release_into_gradebook(to_release, due)
+    for assignment in to_release:
+        said = prebuild.solution_builds(assignment)
+        if said:
+            print(said, flush=True)
+    students = sorted({sub.student for sub in found if sub.notebooks and sub.assignment in wanted})
+    if students:  # none: nothing was released, and there may be no gradebook yet
+        with gradebook.open_gradebook() as gb:
+            for student in students:
+                gb.update_or_create_student(student)
+    return found, to_release
+
+
+def require_released(assignments: list) -> None:
+    """GradingSetupError unless each assignment is in the gradebook (a shard grades, never releases: the
+    tasks of one array would all write <work>/release and the gradebook's copy of the assignment at once)."""
+    with gradebook.open_gradebook() as gb:
+        missing = []
+        for a in assignments:
+            try:
+                gb.find_assignment(a)
+            except MissingEntry:
+                missing.append(a)
+    if missing:
+        raise GradingSetupError(f"{', '.join(missing)} not released into the gradebook {gradebook.shown_url()}: "
+                                f"a shard does not release; `make grade-slurm` does before it submits the array")
 
 
 def graded_earlier(result: Result, digest: str, gpu: bool) -> bool:

@@ -1,15 +1,22 @@
-"""`make grade`'s command on the demo submissions and on bad input, as an instructor runs it."""
+"""`make grade`'s command on the demo submissions and on bad input, as an instructor runs it.
+
+The demo's command grades the first assignment only (ASSIGNMENT=01_vector_add): its submissions of the other
+assignments are the solution, the untouched release and one answers.toml fixture, which test_grading.py grades
+already; test_demo_submissions_are_what_test_grading_grades checks that they are those, byte for byte.
+"""
 import os
+import pathlib
 import subprocess
 import sys
 
 import pytest
 
-from hpcdl_course import paths
-from selection import NAMED
+from hpcdl_course import answers, paths, release
+from selection import ASSIGNMENTS, NAMED
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cli")]
-whole_course = pytest.mark.skipif(bool(NAMED), reason="the demo grades the whole course; NB selects part of it")
+whole_course = pytest.mark.skipif(bool(NAMED) and paths.assignments()[0] not in NAMED,
+                                  reason="the demo's command grades the first assignment; NB leaves it out")
 
 
 def run_cli(*args, work):
@@ -22,7 +29,7 @@ def run_cli(*args, work):
 def demo(tmp_path_factory):
     work = tmp_path_factory.mktemp("work")
     (work / "gradebook.db").write_text("the instructor's real gradebook")
-    return run_cli("grade", work=work), work
+    return run_cli("grade", "--assignment", paths.assignments()[0], work=work), work
 
 
 def test_progress_says_how_many_are_graded_and_about_how_long_the_rest_takes():
@@ -37,7 +44,10 @@ def test_demo_grades_and_prints_a_table(demo):
     proc, work = demo
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {tuple(line.split()[:2]): line for line in proc.stdout.splitlines() if line.startswith("student-")}
-    for a in paths.assignments():
+    first, others = paths.assignments()[0], paths.assignments()[1:]
+    # The demo wrote full, blank and partial submissions of every assignment; this run grades the first.
+    assert f"skipping {3 * len(others)} submission(s) of {', '.join(others)}: grading only {first}" in proc.stdout
+    for a in [first]:
         for n in paths.notebook_names(a):
             full = rows[("student-full", n)]
             blank = rows[("student-blank", n)]
@@ -55,7 +65,6 @@ def test_demo_grades_and_prints_a_table(demo):
 
     status = {(r["student_id"], r["assignment"]): r["status"]
               for r in csv_module.DictReader((work / "demo" / "grades.csv").open())}
-    first = paths.assignments()[0]
     assert status[("student-full", first)] == status[("student-blank", first)] == "graded"
     assert status[("student-broken", first)].startswith("not gradable: ")
     assert "student-full" in csv and "student-partial" in csv
@@ -81,6 +90,33 @@ def test_bad_input_is_explained_per_submission(demo):
     first, last = paths.assignments()[0], paths.assignments()[-1]
     assert f"is a notebook of {last}, not of {first}" in broken
     assert "'99_unknown' is not an assignment folder" in broken
+
+
+@pytest.fixture(scope="module")
+def demo_submissions(tmp_path_factory):
+    """The demo's submissions as `make grade` writes them: from a fresh release, never course/."""
+    released, folder = tmp_path_factory.mktemp("release"), tmp_path_factory.mktemp("demo")
+    for a in paths.assignments():
+        release.generate(a, released)
+    answers.write_demo(folder, released)
+    return folder
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_demo_submissions_are_what_test_grading_grades(demo_submissions, assignment, tmp_path):
+    """The demo's full, blank and partial submissions are the notebooks test_grading.py writes from course/ for
+    the solution, the untouched release and the demo's fixture: their grades there (every point a machine can
+    give, zero, the fixture's failed cells) are the demo's."""
+    fixtures = answers.load(assignment)
+    partial = next((f for f in fixtures if f.demo), None) or next(f for f in fixtures if not f.right)
+    assert partial.fails
+    answers.write_submission(tmp_path, "student-full", assignment, {})
+    answers.write_submission(tmp_path, "student-blank", assignment, None)
+    answers.write_submission(tmp_path, "student-partial", assignment, partial.cells)
+    for student in ("student-full", "student-blank", "student-partial"):
+        for name in paths.notebook_names(assignment):
+            notebook = pathlib.Path(student, assignment, f"{name}.ipynb")
+            assert (demo_submissions / notebook).read_bytes() == (tmp_path / notebook).read_bytes(), notebook
 
 
 def test_missing_folder_is_a_clear_error(tmp_path):

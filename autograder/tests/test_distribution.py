@@ -137,7 +137,7 @@ def test_package_builds_holding_only_hpcdl(dist, tmp_path):
     learner = tomllib.loads((dist / "pyproject.toml").read_text())
     for key in ("name", "version", "requires-python", "dependencies"):
         assert learner["project"][key] == root[key]
-    assert learner["tool"]["setuptools"]["packages"] == ["hpcdl"]
+    assert learner["tool"]["setuptools"]["packages"] == ["hpcdl", "hpcdl.capstone"]
     assert "optional-dependencies" not in learner["project"] and "scripts" not in learner["project"]
     source = tmp_path / "src"  # an in-tree build writes build/ and *.egg-info: not into the distribution
     shutil.copytree(dist, source)
@@ -145,8 +145,9 @@ def test_package_builds_holding_only_hpcdl(dist, tmp_path):
                            "-w", str(tmp_path / "wheel"), str(source)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     [wheel] = (tmp_path / "wheel").glob("hpcdl-*.whl")
-    tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
-    assert tops == {"hpcdl", f"hpcdl-{root['version']}.dist-info"}
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {name.split("/")[0] for name in names} == {"hpcdl", f"hpcdl-{root['version']}.dist-info"}
+    assert "hpcdl/capstone/model.py" in names  # a subpackage: listed in packages, or the wheel leaves it out
 
 
 def test_setup_and_binder_find_what_they_use(dist):

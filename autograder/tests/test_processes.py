@@ -171,6 +171,6 @@ def test_make_grade_again_reuses_the_solutions_builds(graded):
 
 @needs_tools
 def test_grading_takes_minutes_not_more(graded):
-    # Three submissions, each building the extension cold (30-40 s) and waiting 2 x 30 s on a deadlock.
+    # Three submissions, each building the extension cold (30-40 s); one waits 2 x 10 s on a deadlock.
     print(f"graded {len(graded['results'])} submissions of {ASSIGNMENT} in {graded['seconds']:.0f} s")
     assert graded["seconds"] < 600

@@ -31,7 +31,7 @@ def test_readme_tables_are_made_from_the_latest_results():
 
 
 @pytest.mark.parametrize("assignment, graded", [("03_fused_softmax", ("softmax", "online_softmax")),
-                                                ("04_fused_mlp", ("bias_gelu", "linear_gelu")),
+                                                ("04_fused_mlp", ("bias_gelu", "linear_gelu", "linear_gelu_persistent")),
                                                 ("05_int4_packing", ("int4_gemv",))],
                          ids=["03", "04", "05"])
 def test_benchmark_thresholds_are_the_notebooks(assignment, graded):
@@ -41,6 +41,19 @@ def test_benchmark_thresholds_are_the_notebooks(assignment, graded):
     now = report.thresholds_now()
     assert in_notebook == sorted(v for name in graded for v in now[name].values()), \
         "a speed cell requires something no GPU benchmark measures: add it to the notebook's benchmark"
+
+
+def test_speed_cells_benchmark_repeats_the_speed_cells_and_nothing_graded_else():
+    """benchmarks.speed_cells gives the checker every locked and answer cell once, and each speed cell RUNS
+    times under its own id; no correctness test runs."""
+    from benchmarks import speed_cells
+    from hpcdl_course import cells as roles
+    spec = speed_cells.speed_spec("04_fused_mlp", 3)
+    tests = [c["id"] for c in spec["cells"] if c["role"] == roles.TEST]
+    speed = [r.cell for r in speed_contract.requirements("04_fused_mlp")]
+    assert sorted(tests) == sorted(f"{cell} run {run}" for cell in set(speed) for run in (1, 2, 3))
+    assert {c["role"] for c in spec["cells"]} == {roles.TEST, roles.LOCKED, roles.ANSWER}
+    assert "linear_gelu_persistent" in spec["answer_names"]
 
 
 def test_table_of_variables_lists_every_variable_and_only_those():

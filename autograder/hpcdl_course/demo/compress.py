@@ -11,7 +11,7 @@ import pathlib
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from . import model
+from hpcdl.capstone import model
 
 FORMAT = "hpcdl-demo-int4"
 KEEP_16_BIT = ("embed.weight", "pos.weight")

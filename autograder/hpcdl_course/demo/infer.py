@@ -9,7 +9,9 @@ from safetensors.torch import load_file
 from torch import nn
 from tqdm import tqdm
 
-from . import compress, model
+from hpcdl.capstone import model
+
+from . import compress
 
 GEMV_MAX_ROWS = 16  # decoding (a few rows) goes through int4_gemv; scoring long windows, through the matmul
 

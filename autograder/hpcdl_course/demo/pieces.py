@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from hpcdl.capstone import model
+
 from .. import solution_modules
-from . import model
 
 # (piece, notebook, name in that notebook, what stands in for it, needs a GPU)
 TABLE = [

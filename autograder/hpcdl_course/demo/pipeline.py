@@ -4,7 +4,9 @@ import pathlib
 
 import torch
 
-from . import compress, corpus, infer, model, pieces as pieces_, report, train
+from hpcdl.capstone import corpus, model
+
+from . import compress, infer, pieces as pieces_, report, train
 
 
 def checks(s: dict) -> list:

@@ -15,7 +15,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from hpcdl_course.demo import corpus, model, pieces as pieces_
+from hpcdl.capstone import corpus, model
+from hpcdl_course.demo import pieces as pieces_
 
 BUCKET_CAP_MB = 4
 

@@ -7,8 +7,9 @@ import time
 import hpcdl
 from tqdm import tqdm
 
+from hpcdl.capstone import model
+
 from .. import solution_modules
-from . import model
 
 RANK_FILE = pathlib.Path(__file__).with_name("rank_training.py")
 

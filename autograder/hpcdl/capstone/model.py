@@ -61,10 +61,10 @@ class MLP(nn.Module):
         self.fc2 = nn.Linear(4 * d_model, d_model)
 
     def forward(self, x):
-        rows = x.reshape(-1, x.shape[-1])
+        rows = x.flatten(0, -2)  # [B * T, d]
         if isinstance(self.fc1, nn.Linear):
             hidden = self.ops.linear_gelu(rows, self.fc1.weight, self.fc1.bias)
-        else:  # an INT4 layer (infer.py): its own matmul, then GeLU
+        else:  # an INT4 layer (notebook 10, make demo): its own matmul, then GeLU
             hidden = F.gelu(self.fc1(rows), approximate="tanh")
         return self.fc2(hidden).reshape(x.shape)
 

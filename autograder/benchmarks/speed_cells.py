@@ -1,0 +1,64 @@
+"""A notebook's graded speed cells as `make grade` runs them, several times over (CUDA GPU):
+
+    PYTHONPATH=autograder python3 -m benchmarks.speed_cells OUT.json [ASSIGNMENT] [RUNS]
+    NB=04_fused_mlp BENCH=speed_cells bash autograder/benchmarks/gpu_run.sh OUT   (ASSIGNMENT from NB)
+
+One checker session (hpcdl_course.checker, the grader's own code): the solution's locked and answer cells
+run in a sandboxed worker, and the notebook's locked cells and its speed cells run in the checker, the speed
+cells RUNS times (default 5) in a row. Each run's verdict and message (the measured numbers, the yardstick
+measured in the same run) go to OUT.json. Thresholds are the notebook's own: a run that misses one fails.
+A grading pays its correctness cells too; this leaves them out, so that five gradings of a notebook's speed
+fit in one GPU call.
+"""
+import json
+import os
+import sys
+import time
+
+import hpcdl  # noqa: F401 (first: it decides whether Triton runs on the GPU)
+import nbformat
+
+from hpcdl_course import cells as roles, paths, trusted_execute
+
+from . import machine
+
+
+def speed_spec(assignment: str, runs: int) -> dict:
+    """The checker's spec for the solution: every locked and answer cell, and the speed cells `runs` times."""
+    nb = nbformat.read(paths.SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
+    cells, protected, _ = trusted_execute.cells_for_checker(nb, released=set())
+    speed = [c for c in cells if c["role"] == roles.TEST and roles.is_speed(c["id"])]
+    if not speed:
+        raise SystemExit(f"{assignment} has no speed cells")
+    kept = [c for c in cells if c["role"] in (roles.LOCKED, roles.ANSWER)]
+    repeated = [{**c, "id": f"{c['id']} run {run}"} for run in range(1, runs + 1) for c in speed]
+    names = trusted_execute.answer_names(
+        trusted_execute.code_cells(paths.COURSE, assignment, assignment),
+        trusted_execute.code_cells(paths.SOLUTIONS, assignment, assignment))
+    return {"cells": kept + repeated, "answer_names": sorted(names), "locked_names": sorted(protected)}
+
+
+def main(out_path: str, assignment: str, runs: int) -> None:
+    from hpcdl_course.checker import Checker  # here: importing it switches this process's ceilings cache off
+
+    hpcdl.device.require_gpu("This benchmark")
+    started = time.time()
+    result = Checker(speed_spec(assignment, runs)).run()
+    verdicts = result["verdicts"]
+    record = {**machine.record(f"PYTHONPATH=autograder python3 -m benchmarks.speed_cells OUT.json {assignment} {runs}",
+                               "the checker's clock (hpcdl.speed, hpcdl_grader.clock), as make grade times a "
+                               "submission; the reference solution in a sandboxed worker"),
+              "assignment": assignment, "runs": runs, "verdicts": verdicts, "flags": result["flags"],
+              "passed_every_run": all(v["passed"] for v in verdicts.values()),
+              "seconds": time.time() - started}
+    with open(out_path, "w") as f:
+        json.dump(record, f, indent=1)
+    for cell, v in verdicts.items():
+        said = (v["printed"] or v["error"] or "").strip().replace("\n", " | ")
+        print(f"{cell}: {'passed' if v['passed'] else 'FAILED'}: {said[:700]}")
+    print(f"flags: {result['flags']}; passed every run: {record['passed_every_run']}; {record['seconds']:.0f} s")
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    main(args[0], args[1] if len(args) > 1 else os.environ["NB"], int(args[2]) if len(args) > 2 else 5)
