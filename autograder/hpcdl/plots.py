@@ -248,3 +248,43 @@ def plot_per_world_size(world_sizes, panels: dict, *, title: str = ""):
         fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+class LiveCurve:
+    """A line plot that follows values as they arrive (a training loss while the model trains). In a notebook it
+    is one output, redrawn in place at most every `every` seconds; elsewhere nothing is shown. finish() draws the
+    last values and returns the figure (closed, so that the notebook does not show it a second time)."""
+
+    def __init__(self, label: str, *, title: str = "", xlabel: str = "step", ylabel: str = "", every: float = 2.0):
+        self.fig, self.ax = plt.subplots(figsize=(7, 3.5))
+        (self.line,) = self.ax.plot([], [], label=label)
+        self.ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+        self.ax.grid(True, alpha=0.3)
+        self.ax.legend()
+        self.every, self.shown_at, self.handle = every, None, None
+        plt.close(self.fig)  # shown through the display handle only
+
+    def update(self, values, force: bool = False) -> None:
+        """Draw values (one per step, from step 1) if `every` seconds have passed since the last drawing."""
+        import time
+
+        self.line.set_data(range(1, len(values) + 1), list(values))
+        self.ax.relim()
+        self.ax.autoscale_view()
+        now = time.monotonic()
+        if not force and self.shown_at is not None and now - self.shown_at < self.every:
+            return
+        self.shown_at = now
+        from IPython import get_ipython
+        from IPython.display import display
+
+        if get_ipython() is None:  # a plain Python process: no notebook output to draw into
+            return
+        if self.handle is None:
+            self.handle = display(self.fig, display_id=True)
+        else:
+            self.handle.update(self.fig)
+
+    def finish(self, values):
+        self.update(values, force=True)
+        return self.fig

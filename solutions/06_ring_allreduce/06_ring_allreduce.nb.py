@@ -211,8 +211,10 @@ hpcdl.check.value(ring_bytes_per_rank, (10, 1, "float32"), 0)
 #   no collective (`Allreduce`, `Reduce`, `Bcast`, `Allgather`, `Barrier`, `Split` ...).
 #
 # When graded, `comm` is a stand-in around a real communicator: it passes every call on, counts the bytes
-# each rank sends, and records any method that is not point-to-point. So call the methods of `comm` (not
-# of `MPI.COMM_WORLD`), and use the capitalised buffer methods on numpy arrays: mpi4py's lower-case
+# each rank sends, and records any method that is not point-to-point. In one case it also adds 1 to every
+# element of every message on its way: a ring's results then must change, since they are made of what
+# travelled round the ring. So call the methods of `comm` (not of `MPI.COMM_WORLD`), move the data through
+# them (not through files), and use the capitalised buffer methods on numpy arrays: mpi4py's lower-case
 # `sendrecv` pickles its object and sends more bytes than the array holds.
 #
 # The function runs in other processes, so it is written as a file: the string `RING_ALLREDUCE_PY`
@@ -221,7 +223,8 @@ hpcdl.check.value(ring_bytes_per_rank, (10, 1, "float32"), 0)
 # ring, run `ring_allreduce_ranks(3, [3], [(0, 10, "float64")])` and look at each rank's `"result"`.
 #
 # **Graded** (7 points): values for `P` = 1 to 4, `n` = 1, 3, 5 and 1001, all three dtypes (3); no
-# call but point-to-point ones, and each rank sends `2(P-1)/P` of the buffer's bytes (2); hidden tests
+# call but point-to-point ones, each rank sends `2(P-1)/P` of the buffer's bytes, and the results are made
+# of what was sent (2); hidden tests
 # with another number of ranks (1); a 2 MB buffer on 2 ranks, within 25 seconds (1).
 
 # %% [locked ring_harness]
@@ -259,11 +262,23 @@ def payload_bytes(buf):
     return len(pickle.dumps(buf))
 
 
-def counting(comm):
+def tampered(buf, in_flight):
+    """buf (an array, or mpi4py's [array, ...] spec) with 1 added to every element, as a new array kept alive
+    in in_flight until the rank's case ends (an Isend reads it later); anything else as it is."""
+    if isinstance(buf, (list, tuple)) and buf and isinstance(buf[0], np.ndarray):
+        return [tampered(buf[0], in_flight), *buf[1:]]
+    if isinstance(buf, np.ndarray) and buf.dtype.kind in "iuf":
+        in_flight.append((buf + 1).astype(buf.dtype))
+        return in_flight[-1]
+    return buf
+
+
+def counting(comm, tamper=False):
     """A stand-in for comm that passes every call on, and a function that reads what it counted: (bytes this
-    rank sent, methods called that are not point-to-point). The counts and the real communicator live in this
-    closure: the stand-in has no attribute that holds them, and takes no new attributes."""
-    sent, other_calls = [0], []
+    rank sent, methods called that are not point-to-point). tamper: every array sent has 1 added to each
+    element on its way. The counts and the real communicator live in this closure: the stand-in has no
+    attribute that holds them, and takes no new attributes."""
+    sent, other_calls, in_flight = [0], [], []
 
     class Counting:
         __slots__ = ()
@@ -275,6 +290,14 @@ def counting(comm):
                     buf = args[0] if args else next((kwargs[k] for k in ("buf", "sendbuf", "obj", "sendobj")
                                                      if k in kwargs), None)
                     sent[0] += payload_bytes(buf)
+                    if tamper and name == "Sendrecv_replace":  # one buffer out and in: changed in place
+                        np.add(buf[0] if isinstance(buf, (list, tuple)) else buf, 1, casting="unsafe",
+                               out=buf[0] if isinstance(buf, (list, tuple)) else buf)
+                    elif tamper and args:
+                        args = (tampered(args[0], in_flight), *args[1:])
+                    elif tamper:
+                        kwargs = {k: tampered(v, in_flight) if k in ("buf", "sendbuf", "obj", "sendobj") else v
+                                  for k, v in kwargs.items()}
                     return attr(*args, **kwargs)
                 return counted
             if name not in POINT_TO_POINT and name not in other_calls:
@@ -284,10 +307,10 @@ def counting(comm):
     return Counting(), lambda: (sent[0], list(other_calls))
 
 
-def one_case(ring, rank, seed, n, dtype):
+def one_case(ring, rank, seed, n, dtype, tamper=False):
     sendbuf = rank_input(seed, rank, n, dtype)
     kept = sendbuf.copy()
-    comm, counts = counting(ring)
+    comm, counts = counting(ring, tamper)
     got = ring_allreduce(comm, sendbuf)
     bytes_sent, other_calls = counts()
     report = {"bytes_sent": bytes_sent, "other_calls": other_calls, "type": type(got).__name__,
@@ -298,7 +321,7 @@ def one_case(ring, rank, seed, n, dtype):
 
 
 def run(rank, world, sizes, cases):
-    """For each ring size, the first `size` ranks call ring_allreduce on every case (seed, n, dtype);
+    """For each ring size, the first `size` ranks call ring_allreduce on every case (seed, n, dtype[, tamper]);
     per size, this rank's reports (None where it is not in that ring)."""
     reports = []
     for size in sizes:
@@ -348,7 +371,7 @@ def ring_allreduce(comm, sendbuf):
 
 def ring_allreduce_ranks(nprocs, sizes, cases, timeout=30):
     """Start nprocs MPI ranks; for each ring size in `sizes` the first `size` ranks call ring_allreduce on every
-    case (seed, n, dtype). Returns reports[rank][size index][case index] (None for ranks outside that ring), each
+    case (seed, n, dtype), or (seed, n, dtype, True): every message changed on its way. Returns reports[rank][size index][case index] (None for ranks outside that ring), each
     a dict: "result" (a tensor), "bytes_sent", "other_calls", "sendbuf_changed", "type"."""
     hpcdl.files.write(RING_FOLDER / "ring_allreduce.py", RING_ALLREDUCE_PY)
     hpcdl.files.write(RING_FOLDER / "ring_harness.py", RING_HARNESS_PY)
@@ -385,8 +408,10 @@ def ring_reports(reports, nprocs, sizes, cases):
 
 def values_problem(reports, nprocs, sizes, cases):
     """None if every rank of every ring returned the sum, in a new array of sendbuf's dtype, leaving sendbuf as
-    it was; else the first thing wrong."""
-    for size, rank, (seed, n, dtype), report in ring_reports(reports, nprocs, sizes, cases):
+    it was; else the first thing wrong. Cases whose messages were changed on their way are not compared."""
+    for size, rank, (seed, n, dtype, *tamper), report in ring_reports(reports, nprocs, sizes, cases):
+        if tamper:
+            continue
         where = f"ring_allreduce on {size} rank(s), n = {n}, {dtype}: rank {rank}"
         if "result" not in report:
             return f"{where} returned {report['type']}, expected a numpy array of numbers"
@@ -403,7 +428,7 @@ def traffic_problem(reports, nprocs, sizes, cases):
     each (exactly where P divides n, else in total, no rank above 2(P-1) chunks of ceil(n / P) elements);
     else the first thing wrong."""
     sent = {}
-    for size, rank, (seed, n, dtype), report in ring_reports(reports, nprocs, sizes, cases):
+    for size, rank, (seed, n, dtype, *_), report in ring_reports(reports, nprocs, sizes, cases):
         where = f"ring_allreduce on {size} ranks, n = {n}, {dtype}: rank {rank}"
         if report["other_calls"]:
             return (f"{where} called comm.{', comm.'.join(report['other_calls'])}: only point-to-point calls "
@@ -423,6 +448,22 @@ def traffic_problem(reports, nprocs, sizes, cases):
     return None
 
 
+def through_the_ring_problem(reports, nprocs, sizes, cases):
+    """None if, in each case whose messages were changed on their way (1 added to every element), some rank's
+    result changed too; else what that says: the results were not made of what the ring sent."""
+    for s, size in enumerate(sizes):
+        for c, (seed, n, dtype, *tamper) in enumerate(cases):
+            if not tamper:
+                continue
+            results = [reports[rank][s][c].get("result") for rank in range(size)]
+            if all(r is not None and hpcdl.check.compare(r, expected_sum(seed, n, dtype, size)) is None
+                   for r in results):
+                return (f"ring_allreduce on {size} ranks, n = {n}, {dtype}: with 1 added to every element of every "
+                        f"message on its way, every rank still returned the exact sum: the results are not made "
+                        f"of what went through comm's sends (a ring adds and keeps the chunks it receives)")
+    return None
+
+
 # %% [test test_ring_values 3]
 value_cases = [(seed, n, dtype) for seed, n in enumerate((1, 3, 5, 1001)) for dtype in ("float32", "float64", "int64")]
 problem = values_problem(ring_allreduce_ranks(4, [1, 2, 3, 4], value_cases), 4, [1, 2, 3, 4], value_cases)
@@ -430,9 +471,10 @@ if problem:
     raise hpcdl.CheckFailed(problem)
 
 # %% [test test_ring_point_to_point 2]
-counted_cases = [(10, 1200, "float64"), (11, 1001, "float32"), (12, 2, "int64")]
+counted_cases = [(10, 1200, "float64"), (11, 1001, "float32"), (12, 2, "int64"), (13, 999, "float64", True)]
 counted = ring_allreduce_ranks(4, [3, 4], counted_cases)
-problem = values_problem(counted, 4, [3, 4], counted_cases) or traffic_problem(counted, 4, [3, 4], counted_cases)
+problem = (values_problem(counted, 4, [3, 4], counted_cases) or traffic_problem(counted, 4, [3, 4], counted_cases)
+           or through_the_ring_problem(counted, 4, [3, 4], counted_cases))
 if problem:
     raise hpcdl.CheckFailed(problem)
 
@@ -440,9 +482,12 @@ if problem:
 # Hidden tests: another number of ranks, more lengths and dtypes. They run when your notebook is graded.
 ### BEGIN HIDDEN TESTS
 hidden_cases = [(30 + k, n, dtype) for k, (n, dtype) in enumerate([(4, "int64"), (7, "float64"), (5003, "float32")])]
+hidden_cases.append((34, 6, "int64", True))
 hidden_reports = ring_allreduce_ranks(5, [5], hidden_cases)
-if values_problem(hidden_reports, 5, [5], hidden_cases) or traffic_problem(hidden_reports, 5, [5], hidden_cases):
-    raise hpcdl.CheckFailed("ring_allreduce failed a hidden case: a wrong sum, or other bytes sent than a ring sends")
+if (values_problem(hidden_reports, 5, [5], hidden_cases) or traffic_problem(hidden_reports, 5, [5], hidden_cases)
+        or through_the_ring_problem(hidden_reports, 5, [5], hidden_cases)):
+    raise hpcdl.CheckFailed("ring_allreduce failed a hidden case: a wrong sum, other bytes sent than a ring sends, "
+                            "or results not made of what was sent")
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -74,8 +74,8 @@ def tiny_model(setting):
 
 
 def with_progress(run, progress_file, steps, label):
-    """run() in a thread while a bar follows the steps that rank 0 writes, one line each, into progress_file;
-    returns what run() returns, or raises what it raised."""
+    """run() in a thread while a bar and a live loss curve follow the steps that rank 0 writes into
+    progress_file, a line "step loss" each; returns what run() returns, or raises what it raised."""
     outcome = {}
 
     def target():
@@ -86,13 +86,20 @@ def with_progress(run, progress_file, steps, label):
 
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
+    curve = hpcdl.plots.LiveCurve("rank 0", title=f"{label}: the loss as it trains",
+                                  ylabel="cross-entropy (nats per byte)")
+    losses = []
     with tqdm(total=steps, desc=label, unit="step") as bar:
         while thread.is_alive():
             thread.join(0.5)
-            lines = progress_file.read_text().splitlines() if progress_file.exists() else []
-            if len(lines) > bar.n:
-                bar.update(len(lines) - bar.n)
-                bar.set_postfix(loss=lines[-1].split()[-1][:6])
+            text = progress_file.read_text() if progress_file.exists() else ""
+            losses = [float(line.split()[1]) for line in text[:text.rfind("\n") + 1].splitlines()]  # whole lines
+            if len(losses) > bar.n:
+                bar.update(len(losses) - bar.n)
+                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+                curve.update(losses)
+    if losses:
+        curve.finish(losses)
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
@@ -299,8 +306,9 @@ def int4_gemv(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, group
 # - **Returns:** this rank's loss, a Python float.
 #
 # It runs in other processes, so it is written as a file: the string `TRAIN_STEP_PY`.
-# `train_ranks(setting)` writes the files into `CAPSTONE_FOLDER`, trains on 2 gloo ranks and returns each
-# rank's losses and weights: `{"losses": [rank 0's, rank 1's], "states": [rank 0's state_dict, rank 1's]}`.
+# `train_ranks(setting)` writes the files into `CAPSTONE_FOLDER`, trains on 2 gloo ranks (a progress bar and
+# a curve of rank 0's loss follow it as it trains) and returns each rank's losses and weights:
+# `{"losses": [rank 0's, rank 1's], "states": [rank 0's state_dict, rank 1's]}`.
 #
 # **Graded** (3 points, `test_pipeline_runs`): every loss finite; the mean loss of the last 10 steps at
 # least 1 nat below the first 10's; the two ranks' weights equal; the trained model's held-out perplexity,
@@ -720,7 +728,7 @@ for label, text in texts.items():
     print(f"{label} text: {prompt.decode() + text!r}")
 
 # %% [markdown]
-# The loss curve of the two ranks (their mean), step by step:
+# The loss curve of the two ranks (their mean), step by step (the curve drawn while training was rank 0's):
 
 # %%
 fig = hpcdl.plots.plot_bandwidth(list(range(1, len(mean_loss) + 1)), {"mean loss over the ranks": mean_loss},
