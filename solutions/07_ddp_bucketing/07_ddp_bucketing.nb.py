@@ -117,12 +117,16 @@ DDP_FOLDER = pathlib.Path(tempfile.mkdtemp(prefix="hpcdl-07-"))  # the files the
 # gradient as autograd finished it (`["grad", i]`: parameter `i` of `module.parameters()`), and when
 # backward returned. To look, run `train_ranks(2, [("mlp", 0.0008, 1, 0)])[0][0]["steps"][0]`. What the
 # ranks print is shown only when a run fails (its last lines, which also tell where each rank was).
+# A case `(kind, cap_mb, steps, seed, True)` adds 1 to every element of each tensor on every rank as it
+# enters `dist.all_reduce`: the averaged gradients, and so the parameters, must change with it. One such case
+# checks that your gradients are averaged by your buckets' all-reduces and by nothing else.
 #
 # **Graded** (10 points): parameters equal a single-process run on the whole batch after 3 steps, on 2
 # and 3 ranks (3); the frozen, unused, shared and float32 parameters of the `"odd"` model, compared at
 # float32's tolerance (2); the number, lengths and dtypes of the all-reduces for caps that make 1, 2 and
 # many buckets (2); each bucket's all-reduce started, asynchronously, by the hook that completed it,
-# before backward returns (2); hidden tests (1).
+# before backward returns (2); hidden tests (1). The bucket and overlap tests also run the case that
+# changes what enters each all-reduce, and fail where your parameters do not change with it.
 
 # %% [locked models]
 MODELS_PY = r"""
@@ -176,12 +180,16 @@ import torch.distributed as dist
 from models import build_model, global_batch, make_optimizer
 
 EVENTS = []
+TAMPER = [False]  # this case adds 1 to what enters each all-reduce
 _all_reduce, _broadcast = dist.all_reduce, dist.broadcast
 
 
 def recorded_all_reduce(tensor, *args, **kwargs):
     async_op = kwargs.get("async_op", args[2] if len(args) > 2 else False)
     EVENTS.append(["all_reduce", tensor.numel(), bool(async_op), str(tensor.dtype)])
+    if TAMPER[0]:
+        with torch.no_grad():
+            tensor.add_(1)
     return _all_reduce(tensor, *args, **kwargs)
 
 
@@ -198,11 +206,11 @@ ROWS_PER_RANK = 4
 
 
 def run(rank, world_size, cases):
-    '''Train each case (kind, cap_mb, steps, seed) in turn; one report per case.'''
+    '''Train each case (kind, cap_mb, steps, seed[, tamper]) in turn; one report per case.'''
     return [train(rank, world_size, *case) for case in cases]
 
 
-def train(rank, world_size, kind, cap_mb, steps, seed):
+def train(rank, world_size, kind, cap_mb, steps, seed, tamper=False):
     '''Train a `kind` model (initialised differently on each rank) for `steps` SGD steps through BucketedDDP,
     each rank on its rows of a shared batch. Returns the parameters after training, which of them hold no
     gradient, and the events of construction and of each step. The lines printed tell where a rank was
@@ -210,6 +218,7 @@ def train(rank, world_size, kind, cap_mb, steps, seed):
     case = f"{kind} model, bucket_cap_mb={cap_mb}"
     print(f"{case}: constructing BucketedDDP", flush=True)
     EVENTS.clear()
+    TAMPER[0] = tamper
     model = build_model(kind, seed + rank)
     ddp = BucketedDDP(model, bucket_cap_mb=cap_mb)
     construction = list(EVENTS)
@@ -355,7 +364,8 @@ ODD = ("odd", 0.0002, 3, 2)
 MLP_ONE_BUCKET = ("mlp", 100, 2, 0)
 MLP_ONE_PER_PARAMETER = ("mlp", 1e-9, 2, 0)
 MLP_THREE_RANKS = ("mlp", 0.0008, 3, 1)
-CASES = {2: (MLP_TWO_BUCKETS, ODD, MLP_ONE_BUCKET, MLP_ONE_PER_PARAMETER), 3: (MLP_THREE_RANKS,)}
+MLP_TAMPERED = ("mlp", 0.0008, 2, 3, True)  # 1 added to what enters each all-reduce
+CASES = {2: (MLP_TWO_BUCKETS, ODD, MLP_ONE_BUCKET, MLP_ONE_PER_PARAMETER, MLP_TAMPERED), 3: (MLP_THREE_RANKS,)}
 
 
 def case_reports(world_size, case, cases=None):
@@ -470,6 +480,19 @@ def overlap_problem(reports, case):
     return None
 
 
+def through_all_reduce_problem(reports, case, world_size):
+    """None if, with 1 added to every tensor entering an all-reduce, some rank's parameters differ from the
+    single-process run's (the gradients were averaged by those all-reduces)."""
+    kind, _, steps, seed, _ = case
+    params, _ = single_process(kind, seed, steps, world_size)
+    if all(compare_parameter(got, want, kind) is None for report in reports
+           for got, want in zip(report["params"], params)):
+        return (f"{kind} model on {world_size} ranks: with 1 added to every element of each tensor entering "
+                f"dist.all_reduce, every rank's parameters came out as without it: the gradients must be averaged "
+                f"by your buckets' all-reduces (and only by them)")
+    return None
+
+
 def fail_if(problem):
     if problem:
         raise hpcdl.CheckFailed(problem)
@@ -488,10 +511,12 @@ if problem:
 # %% [test test_bucket_count 2]
 for case in (MLP_ONE_BUCKET, MLP_TWO_BUCKETS, MLP_ONE_PER_PARAMETER):  # 1, 2 and 6 buckets
     fail_if(buckets_problem(case_reports(2, case), case))
+fail_if(through_all_reduce_problem(case_reports(2, MLP_TAMPERED), MLP_TAMPERED, 2))
 
 # %% [test test_overlap 2]
 for case in (MLP_TWO_BUCKETS, MLP_ONE_PER_PARAMETER):
     fail_if(overlap_problem(case_reports(2, case), case))
+fail_if(through_all_reduce_problem(case_reports(2, MLP_TAMPERED), MLP_TAMPERED, 2))
 
 # %% [test test_hidden 1]
 # Hidden tests: another number of ranks, model and cap. They run when your notebook is graded.

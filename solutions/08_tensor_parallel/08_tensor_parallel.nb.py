@@ -106,8 +106,9 @@ TP_FOLDER = pathlib.Path(tempfile.mkdtemp(prefix="hpcdl-08-"))  # the files the 
 # rank what came out. Try `tp_reports(2)[0]["mlp"]` to see one rank's report.
 #
 # **Graded** (9 points): column and row layers against `nn.Linear` on 1, 2 and 4 ranks (3); the MLP against
-# the unsplit MLP (2); one all-reduce per MLP forward (1); each rank's parameters take `1/P` of the weights
-# (1); the `ValueError` (1); hidden tests on 3 ranks (1).
+# the unsplit MLP (2); one all-reduce per MLP forward, whose result the output is made of (1): the harness
+# runs the MLP's forward once more with 1 added to what enters each all-reduce, and the output must change;
+# each rank's parameters take `1/P` of the weights (1); the `ValueError` (1); hidden tests on 3 ranks (1).
 
 # %% [locked tp_harness]
 MAKE_CASE_PY = '''
@@ -136,14 +137,20 @@ COLLECTIVES = ["all_reduce", "all_gather", "all_gather_into_tensor", "reduce_sca
 def count_collectives():
     """Replace the collectives, in torch.distributed and in distributed_c10d (where they are defined), with
     ones that count their calls; return a function that reads the counts so far: (all_reduce calls, names of
-    the other collectives called). The counts live in this closure, never in a name that the layers' module
-    could write; they only grow, so a forward's calls are the difference of two readings."""
+    the other collectives called), and one that turns on or off adding 1 to every tensor entering an
+    all-reduce. The counts live in this closure, never in a name that the layers' module could write; they
+    only grow, so a forward's calls are the difference of two readings."""
     calls = {"all_reduce": 0, "other": []}
+    tamper = [False]
 
     def counting(name, fn):
         def counted(*args, **kwargs):
             if name == "all_reduce":
                 calls["all_reduce"] += 1
+                tensor = args[0] if args else kwargs.get("tensor")
+                if tamper[0] and isinstance(tensor, torch.Tensor):
+                    with torch.no_grad():
+                        tensor.add_(1)
             else:
                 calls["other"].append(name)
             return fn(*args, **kwargs)
@@ -154,10 +161,10 @@ def count_collectives():
         if original is not None:
             for module in (dist, dist.distributed_c10d):
                 setattr(module, name, counting(name, original))
-    return lambda: (calls["all_reduce"], list(calls["other"]))
+    return lambda: (calls["all_reduce"], list(calls["other"])), lambda on: tamper.__setitem__(0, on)
 
 
-collective_calls = count_collectives()  # before the layers are imported, so that they call the counting versions
+collective_calls, tamper_all_reduces = count_collectives()  # before the layers are imported, so that they call the counting versions
 from tp_layers import ColumnParallelLinear, RowParallelLinear, TensorParallelMLP
 
 
@@ -191,14 +198,26 @@ def build(kind, in_features, out_features):
     return "built"
 
 
+def tampered_forward(module, x):
+    """module(x) with 1 added to every tensor entering an all-reduce."""
+    tamper_all_reduces(True)
+    try:
+        with torch.no_grad():
+            return module(x.clone())
+    finally:
+        tamper_all_reduces(False)
+
+
 def run(rank, world_size, seed, batch, hidden, ffn):
-    """Reports of a column layer (fc1), a row layer (fc2) and the MLP on this rank, and what building
-    the layers of BUILDS did (one launch serves every test)."""
+    """Reports of a column layer (fc1), a row layer (fc2) and the MLP on this rank, the MLP's output with
+    what enters its all-reduces changed ("mlp_tampered_y"), and what building the layers of BUILDS did (one
+    launch serves every test)."""
     fc1, fc2, x, dh, dy = make_case(seed, batch, hidden, ffn)
     k = ffn // world_size
     return {"column": run_layer(ColumnParallelLinear(fc1), x, dh[:, rank * k:(rank + 1) * k]),
             "row": run_layer(RowParallelLinear(fc2), dh[:, rank * k:(rank + 1) * k], dy),
             "mlp": run_layer(TensorParallelMLP(fc1, fc2), x, dy),
+            "mlp_tampered_y": tampered_forward(TensorParallelMLP(fc1, fc2), x),
             "builds": {" ".join(map(str, spec)): build(*spec) for spec in BUILDS}}
 '''
 
@@ -426,6 +445,9 @@ for world_size in (1, 4):
             fail_if(f"TensorParallelMLP on {world_size} rank(s), rank {rank}: its forward called dist.all_reduce "
                     f"{calls} time(s)" + (f" and dist.{', dist.'.join(others)}" if others else "")
                     + "; it needs one all-reduce, after the row-parallel layer")
+        if hpcdl.check.compare(report["mlp_tampered_y"], report["mlp"]["y"]) is None:
+            fail_if(f"TensorParallelMLP on {world_size} rank(s), rank {rank}: with 1 added to what enters each "
+                    f"dist.all_reduce, its output stayed the same: the output must be the all-reduce's result")
 
 # %% [test test_memory_per_rank 1]
 hidden, ffn, world_size = 8, 12, 4
