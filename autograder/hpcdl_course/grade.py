@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import pathlib
+import subprocess
 import textwrap
 import threading
 import time
@@ -19,7 +20,7 @@ from nbgrader.api import MissingEntry
 
 from . import answers, class_run, gradebook, paths, prebuild, records, release, sandbox, shards, submissions
 from . import cells as roles
-from .nbgrader_run import errors, nbgrader
+from .nbgrader_run import AUTOGRADE_FAILED, FEEDBACK_FAILED, FEEDBACK_MARK, errors, nbgrader
 from .trusted_execute import report_path
 
 SUBMISSION_TIMEOUT = float(os.environ.get("HPCDL_SUBMISSION_TIMEOUT", 3 * 3600))
@@ -46,21 +47,20 @@ def autograde(sub: submissions.Submission, gpu: bool = True, env: dict | None = 
     """Autograde one staged submission and write its feedback; returns problems found. Without a GPU
     (`gpu` false) its speed cells say "not graded here" in the feedback."""
     problems = []
-    proc = nbgrader("autograde", sub.assignment, "--student", sub.student, "--force", timeout=SUBMISSION_TIMEOUT,
-                    env=env)
-    if proc.returncode != 0:
-        problems.append(f"autograde failed: {errors(proc)}")
+    proc = nbgrader(sub.assignment, sub.student, *([] if gpu else ["--not-graded-here"]),
+                    timeout=SUBMISSION_TIMEOUT, env=env, module="hpcdl_course.nbgrader_steps")
+    autograde_log, _, feedback_log = (proc.stderr or "").partition(FEEDBACK_MARK)
+    if proc.returncode < 0 or proc.returncode & AUTOGRADE_FAILED:  # < 0: timed out, or killed
+        said = subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout, autograde_log)
+        problems.append(f"autograde failed: {errors(said)}")
     autograded = paths.work() / "autograded" / sub.student / sub.assignment
     for nb in sub.notebooks:
         if not (autograded / nb.name).exists():
             problems.append(f"{nb.name}: no autograded copy (the kernel died or timed out while running it; "
                             f"a crash in the notebook's code?): grade it by hand from {nb}")
-    if autograded.exists():
-        if not gpu:
-            mark_not_graded_here(autograded)
-        proc = nbgrader("generate_feedback", sub.assignment, "--student", sub.student, "--force", env=env)
-        if proc.returncode != 0:
-            problems.append(f"feedback failed: {errors(proc)}")
+    if proc.returncode > 0 and proc.returncode & FEEDBACK_FAILED:
+        said = subprocess.CompletedProcess(proc.args, proc.returncode, "", feedback_log)
+        problems.append(f"feedback failed: {errors(said)}")
     return problems
 
 

@@ -8,16 +8,22 @@ import threading
 from . import paths
 
 
+# nbgrader_steps (autograde and feedback in one process): its exit status's bits, and the line on stderr that
+# begins the feedback step's log
+AUTOGRADE_FAILED, FEEDBACK_FAILED = 1, 2
+FEEDBACK_MARK = "hpcdl-course: generate_feedback"
+
 _running = set()  # the nbgrader processes under way, each the leader of its own process group
 _lock = threading.Lock()
 
 
-def nbgrader(*args, timeout: float | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+def nbgrader(*args, timeout: float | None = None, env: dict | None = None,
+             module: str = "nbgrader") -> subprocess.CompletedProcess:
     """`nbgrader ARGS` run from autograder/, where nbgrader_config.py lives; output captured. `env`: variables
     added to this process's. It runs in a process group of its own (with the checker it starts), which a
-    timeout or stop_all() ends as a whole."""
+    timeout or stop_all() ends as a whole. `module`: another module run the same way (nbgrader_steps)."""
     paths.work().mkdir(parents=True, exist_ok=True)  # SQLite does not create the gradebook's folder
-    command = [sys.executable, "-m", "nbgrader", *map(str, args)]
+    command = [sys.executable, "-m", module, *map(str, args)]
     # nbgrader runs `alembic` (and the kernel its `jupyter`) by name: put this environment's bin/ first.
     bin_dir = os.path.dirname(sys.executable)
     env = {**os.environ, **(env or {}), "HPCDL_WORK": str(paths.work()), "PYTHONWARNINGS": "ignore",
