@@ -6,6 +6,7 @@ import json
 import math
 import pathlib
 import sys
+import time
 
 import matplotlib.pyplot as plt
 from tqdm.auto import tqdm
@@ -266,8 +267,6 @@ class LiveCurve:
 
     def update(self, values, force: bool = False) -> None:
         """Draw values (one per step, from step 1) if `every` seconds have passed since the last drawing."""
-        import time
-
         self.line.set_data(range(1, len(values) + 1), list(values))
         self.ax.relim()
         self.ax.autoscale_view()

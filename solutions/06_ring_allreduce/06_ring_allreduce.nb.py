@@ -291,8 +291,8 @@ def counting(comm, tamper=False):
                                                      if k in kwargs), None)
                     sent[0] += payload_bytes(buf)
                     if tamper and name == "Sendrecv_replace":  # one buffer out and in: changed in place
-                        np.add(buf[0] if isinstance(buf, (list, tuple)) else buf, 1, casting="unsafe",
-                               out=buf[0] if isinstance(buf, (list, tuple)) else buf)
+                        array = buf[0] if isinstance(buf, (list, tuple)) else buf
+                        np.add(array, 1, casting="unsafe", out=array)
                     elif tamper and args:
                         args = (tampered(args[0], in_flight), *args[1:])
                     elif tamper:
