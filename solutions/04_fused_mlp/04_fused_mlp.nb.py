@@ -957,6 +957,11 @@ hidden_cases = [((hidden_rng.randint(1, limit), 8 * hidden_rng.randint(1, limit 
                  hidden_rng.choice(LINEAR_TEST_DTYPES)) for _ in range(3)]
 odd_k = 2 * hidden_rng.randint(0, limit // 2) + 1  # never a multiple of 8: linear_gelu's turn
 hidden_cases.append(((hidden_rng.randint(1, limit), hidden_rng.randint(1, limit), odd_k), torch.float16))
+# Tile rows that do not fill whole groups, over several tile columns, at the configurations above
+# (GPU: 9 rows of 256 or 17-18 of 128 in groups of 8; CPU: 3 rows of 32 in groups of 2).
+short_m = hidden_rng.randint(2049, 2304) if hpcdl.ON_GPU else hidden_rng.randint(65, 96)
+wide_n = 8 * hidden_rng.randint(33, 250) if hpcdl.ON_GPU else 8 * hidden_rng.randint(5, 8)
+hidden_cases.append(((short_m, wide_n, 8 * hidden_rng.randint(1, limit // 8)), torch.float16))
 hpcdl.check.outputs(linear_gelu_persistent, linear_gelu_reference, linear_inputs, hidden_cases,
                     kernels=[linear_gelu_kernel, linear_gelu_persistent_kernel], hidden=True)
 ### END HIDDEN TESTS
