@@ -505,7 +505,7 @@ def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> to
 #   `PERSISTENT_CONFIGS` (a few configurations on a GPU, exactly one on a CPU).
 #
 # **Graded** (7 points): values on shapes where the descriptors apply and where they do not (3); hidden tests
-# (1); on a CUDA GPU only, speed at 4096 × 11008 × 4096 float16 (3): faster than eager PyTorch.
+# (1); on a CUDA GPU only, speed at 4096 × 11008 × 4096 float16 (3): at least 0.82x eager PyTorch.
 
 # %% [answer linear_gelu_persistent]
 # Set PROGRAMS and PERSISTENT_CONFIGS.
@@ -1118,13 +1118,14 @@ del x, w, b
 # CUDA GPU these cells fail with a message saying so and score 0: no speed point is ever given without a GPU
 # measurement.
 #
-# - `bias_gelu` at 16384 × 8192 float16 (2 points): at least 75% of this card's copy bandwidth, charged one
+# - `bias_gelu` at 16384 × 8192 float16 (2 points): at least 65% of this card's copy bandwidth, charged one
 #   read of `x` and one write of the output, and at least 2.5 times as fast as `eager_bias_gelu`.
 # - `linear_gelu` at 4096 × 11008 × 4096 float16 (1 point): at least 0.7 times as fast as eager
 #   `gelu(addmm(bias, x, w.T))`, and at least 0.65 times as fast as cuBLAS's matmul alone (which does less
 #   work: no bias, no GeLU): a plain tiled kernel within reach of cuBLAS.
-# - `linear_gelu_persistent` at the same shape (3 points): faster than eager `gelu(addmm(bias, x, w.T))`
-#   (at least 1.0 times its speed). This is what the notebook is about: the fused kernel must win.
+# - `linear_gelu_persistent` at the same shape (3 points): at least 0.82 times as fast as eager
+#   `gelu(addmm(bias, x, w.T))`. On an H100 that is what separates Hopper's way (0.85-0.89x) from the
+#   pointer kernel of Exercise 4 (0.73-0.78x).
 #
 # Measured on an H200 (torch 2.11, Triton 3.6, medians of 5 runs;
 # [`h200-2026-12-03.json`](h200-2026-12-03.json) beside this notebook): eager `gelu(x + bias)` in float16
@@ -1141,10 +1142,13 @@ del x, w, b
 # 0.74-0.76x cuBLAS. A correct kernel that masks every load, rows and columns included, reached 0.80x eager
 # and 0.70x cuBLAS.
 #
-# Exercise 4b has not yet been timed on a GPU by this course: its threshold rests on a persistent Triton
-# kernel with tensor descriptors and the bias and GeLU fused, measured on the same H200 on 2026-12-04 at this
-# shape: 660 TFLOP/s, 1.11x eager (595) and 1.02x cuBLAS's matmul alone (646). The numbers of this reference,
-# under `do_bench` and under the grader's clock, will replace this paragraph once measured.
+# Exercise 4b, graded five times by the grader's clock on an H100 (torch 2.11, Triton 3.6, 2026-12-05): the
+# reference `linear_gelu_persistent` took 656-683 us at this shape, eager 577-607 us (0.85-0.89x) and cuBLAS's
+# matmul alone 503-526 us; the reference `linear_gelu` took 740-792 us (0.73-0.78x eager). On that card eager
+# still wins: descriptors and one program per SM win back half of the pointer kernel's gap, not all of it. A
+# persistent descriptor kernel of the same kind reached 1.11x eager on an H200 (660 TFLOP/s); this reference
+# has not been timed there yet. The same five gradings put `bias_gelu` at 69-75% of the H100's copy bandwidth
+# (2056-2216 of 2950-2969 GB/s), hence the 65% above.
 
 # %% [locked speed_helpers]
 def speed_bias_gelu_inputs(rows, cols):
@@ -1173,7 +1177,7 @@ def cublas_matmul_alone(x, weight, bias):
 bias_gelu_bytes = 2 * 16384 * 8192 * 2
 hpcdl.speed.bandwidth_fraction(bias_gelu, speed_bias_gelu_inputs(16384, 8192),
                                bytes_moved=bias_gelu_bytes,
-                               min_fraction=0.75, name="bias_gelu at 16384 x 8192 float16",
+                               min_fraction=0.65, name="bias_gelu at 16384 x 8192 float16",
                                reference=bias_gelu_reference)
 hpcdl.speed.speedup(bias_gelu, eager_bias_gelu, speed_bias_gelu_inputs(16384, 8192),
                     min_speedup=2.5,
@@ -1197,7 +1201,7 @@ hpcdl.speed.speedup(linear_gelu, cublas_matmul_alone, speed_linear_inputs(4096, 
 # %% [test test_speed_linear_gelu_persistent 3]
 linear_bytes = 2 * (4096 * 4096 + 11008 * 4096 + 4096 * 11008)
 hpcdl.speed.speedup(linear_gelu_persistent, eager_linear_gelu, speed_linear_inputs(4096, 11008, 4096),
-                    min_speedup=1.0,
+                    min_speedup=0.82,
                     name="linear_gelu_persistent at 4096 x 11008 x 4096 float16",
                     baseline_name="eager gelu(addmm(...))",
                     reference=linear_gelu_reference, bytes_moved=linear_bytes)

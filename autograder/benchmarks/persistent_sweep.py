@@ -1,0 +1,127 @@
+"""Which configuration of notebook 04's persistent kernel is fastest on this card, and does it beat eager?
+
+    PYTHONPATH=autograder python3 -m benchmarks.persistent_sweep OUT.json   (repository root, CUDA GPU)
+
+At the graded shape (4096 x 11008 x 4096 float16), for each candidate: the solution's kernel
+(`linear_gelu_persistent_kernel`, launched with one configuration, no autotuning), and the same loop with its
+epilogue in two halves of BLOCK_N / 2 columns (a smaller store buffer in shared memory, so a fourth stage of
+loads fits), with and without warp specialization of the tile loop. Beside eager `gelu(addmm)` and cuBLAS's
+matmul alone, in the same run, on new random data in each of RUNS runs; every result checked against a float64
+reference first. Times are triton.testing.do_bench medians (hpcdl.timing.time_function).
+"""
+import json
+import statistics
+import sys
+import time
+
+import hpcdl  # first: it decides, before triton is imported, whether Triton runs on the GPU
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from hpcdl_course.solution_modules import module
+
+from . import machine
+from .fused_mlp import LINEAR_SHAPE, cublas_matmul_alone, eager_linear_gelu, linear_gelu_reference, linear_inputs, seconds
+
+RUNS = 3
+solution = module("04_fused_mlp")
+tl_gelu_tanh = solution.tl_gelu_tanh
+
+
+@triton.jit
+def halves_kernel(x_desc, w_desc, bias_ptr, out_desc, M, N, K, PROGRAMS: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, SPECIALIZE: tl.constexpr):
+    """The solution's loop; the epilogue stores the tile as two BLOCK_M x BLOCK_N/2 halves."""
+    n_tiles_m = tl.cdiv(M, BLOCK_M)
+    n_tiles_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * n_tiles_n
+    for tile in tl.range(tl.program_id(0), n_tiles_m * n_tiles_n, PROGRAMS, flatten=True,
+                         warp_specialize=SPECIALIZE):
+        first = (tile // per_group) * GROUP_M
+        rows_in_group = tl.minimum(n_tiles_m - first, GROUP_M)
+        row = (first + (tile % per_group) % rows_in_group) * BLOCK_M
+        col = ((tile % per_group) // rows_in_group) * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            acc = tl.dot(x_desc.load([row, k]), w_desc.load([col, k]).T, acc)
+        cols = col + tl.arange(0, BLOCK_N)
+        acc = acc + tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+        left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+        out_desc.store([row, col], tl_gelu_tanh(left).to(out_desc.dtype))
+        out_desc.store([row, col + BLOCK_N // 2], tl_gelu_tanh(right).to(out_desc.dtype))
+
+
+def launcher(kernel, block_m, block_n, block_k, stages, warps, group_m=8, halves=False, **extra):
+    def run(x, weight, bias):
+        M, K = x.shape
+        N = weight.shape[0]
+        out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+        x_desc = TensorDescriptor.from_tensor(x, [block_m, block_k])
+        w_desc = TensorDescriptor.from_tensor(weight, [block_n, block_k])
+        out_desc = TensorDescriptor.from_tensor(out, [block_m, block_n // 2 if halves else block_n])
+        tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
+        kernel[(min(solution.PROGRAMS, tiles),)](x_desc, w_desc, bias, out_desc, M, N, K, PROGRAMS=solution.PROGRAMS,
+                                                 BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
+                                                 num_stages=stages, num_warps=warps, **extra)
+        return out
+    return run
+
+
+def candidates():
+    plain = solution.linear_gelu_persistent_kernel.fn  # the jit function under the autotuner
+    found = {"eager gelu(addmm)": (eager_linear_gelu, False), "cuBLAS matmul alone": (cublas_matmul_alone, False),
+             "solution (autotuned)": (solution.linear_gelu_persistent, True)}
+    for shape in [(128, 256, 64, 3, 8), (128, 256, 64, 4, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 8),
+                  (128, 128, 64, 5, 4), (128, 256, 64, 3, 8, 16)]:
+        found[f"plain {shape}"] = (launcher(plain, *shape), True)
+    for shape in [(128, 256, 64, 3, 8), (128, 256, 64, 4, 8), (128, 128, 64, 4, 8), (256, 128, 64, 3, 8)]:
+        for specialize in (False, True):
+            found[f"halves {shape}{' warp-specialized' if specialize else ''}"] = (
+                launcher(halves_kernel, *shape, halves=True, SPECIALIZE=specialize), True)
+    return found
+
+
+def main(out_path: str) -> None:
+    hpcdl.device.require_gpu("This benchmark")
+    started = time.time()
+    M, N, K = LINEAR_SHAPE
+    results = {**machine.record("PYTHONPATH=autograder python3 -m benchmarks.persistent_sweep OUT.json",
+                                f"triton.testing.do_bench medians, random float16 data, new data for each of "
+                                f"{RUNS} runs, every result checked against a float64 reference first"),
+               "shape": [M, N, K], "unit": "TFLOP/s (2MNK)", "runs": [], "failed": {}}
+    found = candidates()
+    for _ in range(RUNS):
+        args = linear_inputs(M, N, K)
+        expected = linear_gelu_reference(*args)
+        run = {}
+        for label, (fn, checked) in found.items():
+            if label in results["failed"]:
+                continue
+            try:
+                run[label] = 2 * M * N * K / seconds(fn, args, expected if checked else None) / 1e12
+            except Exception as error:  # a configuration that does not fit or compile: said, then skipped
+                results["failed"][label] = f"{type(error).__name__}: {str(error)[:300]}"
+        results["runs"].append(run)
+        del args, expected
+        results["seconds"] = time.time() - started
+        with open(out_path, "w") as f:
+            json.dump(results, f, indent=1)
+    labels = {k for r in results["runs"] for k in r}
+    median = {k: statistics.median(r[k] for r in results["runs"] if k in r) for k in labels}
+    eager = median["eager gelu(addmm)"]
+    results["median"] = median
+    results["worst_vs_eager"] = {k: min(r[k] / r["eager gelu(addmm)"] for r in results["runs"] if k in r)
+                                 for k in labels}
+    with open(out_path, "w") as f:
+        json.dump(results, f, indent=1)
+    for k in sorted(median, key=median.get, reverse=True):
+        print(f"{median[k]:7.1f} TFLOP/s  {median[k] / eager:5.2f}x eager (worst run {results['worst_vs_eager'][k]:.2f}x)  {k}")
+    for k, v in results["failed"].items():
+        print("failed:", k, v)
+    print(f"{time.time() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
