@@ -87,13 +87,12 @@ def cmd_grade(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print()
+    # The table's notes column also says which cells this machine could not grade (speed cells without a GPU).
+    print(grade.table([dataclasses.replace(r, problems=r.problems + grade.notes(r)) for r in results]))
     if shard:  # one task of an array: the CSVs and the class summary are grade-collect's, once all have run
-        print(grade.table([dataclasses.replace(r, problems=r.problems + grade.notes(r)) for r in results]))
         print(f"\nshard {shard[0]}/{shard[1]} done; gradebook: {gradebook.shown_url()}; after the whole array: "
               f"make grade-collect")
         return 0
-    # The table's notes column also says which cells this machine could not grade (speed cells without a GPU).
-    print(grade.table([dataclasses.replace(r, problems=r.problems + grade.notes(r)) for r in results]))
     summary = grade.cell_summary(results)
     if summary:
         print("\nEach graded cell in this run: how many submissions passed it (full points)\n" + summary)

@@ -102,6 +102,8 @@ def pyproject() -> str:
     license = project.get("license", {})
     license = ("{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in license.items()) + " }"
                if isinstance(license, dict) else json.dumps(license))
+    # hpcdl and its subpackages, as the root lists them: never hpcdl_course or hpcdl_grader
+    learner_packages = [p for p in root["tool"]["setuptools"]["packages"] if p == "hpcdl" or p.startswith("hpcdl.")]
     return "\n".join([
         "# Written by `python -m hpcdl_course distribute`: the course's check and measurement package.",
         "# Versions are pinned in env/; these are the ranges the package itself needs.",
@@ -119,7 +121,7 @@ def pyproject() -> str:
         f"dependencies = {json.dumps(project['dependencies'])}",
         "",
         "[tool.setuptools]",
-        'packages = ["hpcdl", "hpcdl.capstone"]',
+        f"packages = {json.dumps(learner_packages)}",
         "",
     ])
 

@@ -8,7 +8,6 @@ import functools
 import json
 import os
 import pathlib
-import subprocess
 import textwrap
 import threading
 import time
@@ -20,7 +19,7 @@ from nbgrader.api import MissingEntry
 
 from . import answers, class_run, gradebook, paths, prebuild, records, release, sandbox, shards, submissions
 from . import cells as roles
-from .nbgrader_run import AUTOGRADE_FAILED, FEEDBACK_FAILED, FEEDBACK_MARK, errors, nbgrader
+from .nbgrader_run import AUTOGRADE_FAILED, FEEDBACK_FAILED, FEEDBACK_MARK, errors, errors_in, nbgrader
 from .trusted_execute import report_path
 
 SUBMISSION_TIMEOUT = float(os.environ.get("HPCDL_SUBMISSION_TIMEOUT", 3 * 3600))
@@ -51,16 +50,14 @@ def autograde(sub: submissions.Submission, gpu: bool = True, env: dict | None = 
                     timeout=SUBMISSION_TIMEOUT, env=env, module="hpcdl_course.nbgrader_steps")
     autograde_log, _, feedback_log = (proc.stderr or "").partition(FEEDBACK_MARK)
     if proc.returncode < 0 or proc.returncode & AUTOGRADE_FAILED:  # < 0: timed out, or killed
-        said = subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout, autograde_log)
-        problems.append(f"autograde failed: {errors(said)}")
+        problems.append(f"autograde failed: {errors_in(autograde_log + (proc.stdout or ''))}")
     autograded = paths.work() / "autograded" / sub.student / sub.assignment
     for nb in sub.notebooks:
         if not (autograded / nb.name).exists():
             problems.append(f"{nb.name}: no autograded copy (the kernel died or timed out while running it; "
                             f"a crash in the notebook's code?): grade it by hand from {nb}")
     if proc.returncode > 0 and proc.returncode & FEEDBACK_FAILED:
-        said = subprocess.CompletedProcess(proc.args, proc.returncode, "", feedback_log)
-        problems.append(f"feedback failed: {errors(said)}")
+        problems.append(f"feedback failed: {errors_in(feedback_log)}")
     return problems
 
 
@@ -120,8 +117,7 @@ def grade_folder(folder, assignments=None, jobs: int | None = 1, resume: bool = 
     if shard is None:
         found, to_release = prepare_folder(folder, assignments)
     else:
-        found = selected(folder, submissions.scan(folder), wanted, asked=bool(assignments))
-        to_release = [a for a in wanted if any(sub.assignment == a and sub.notebooks for sub in found)]
+        found, to_release = to_grade(folder, assignments)
         require_released(to_release)
         found = shards.of(found, *shard)
         print(f"shard {shard[0]}/{shard[1]}: {len({sub.student for sub in found})} student(s), "
@@ -177,20 +173,26 @@ def grade_folder(folder, assignments=None, jobs: int | None = 1, resume: bool = 
     return results
 
 
+def to_grade(folder, assignments=None) -> tuple:
+    """(the submissions of `folder` to grade, only those of `assignments` when given; the assignments that
+    some of them hand notebooks in for)."""
+    wanted = assignments or paths.assignments()
+    found = selected(folder, submissions.scan(folder), wanted, asked=bool(assignments))
+    return found, [a for a in wanted if any(sub.assignment == a and sub.notebooks for sub in found)]
+
+
 def prepare_folder(folder, assignments=None) -> tuple:
     """What every grading of `folder` does once before any submission is graded: select the submissions,
     release their assignments into the gradebook (with due dates), build the solutions' C++ and register
     every student (two gradings must not both add one). Returns (submissions, assignments released)."""
-    wanted = assignments or paths.assignments()
-    found = selected(folder, submissions.scan(folder), wanted, asked=bool(assignments))
+    found, to_release = to_grade(folder, assignments)
     due = due_dates()  # read before anything is released: a date nbgrader cannot read stops the run here
-    to_release = [a for a in wanted if any(sub.assignment == a and sub.notebooks for sub in found)]
     release_into_gradebook(to_release, due)
     for assignment in to_release:
         said = prebuild.solution_builds(assignment)
         if said:
             print(said, flush=True)
-    students = sorted({sub.student for sub in found if sub.notebooks and sub.assignment in wanted})
+    students = sorted({sub.student for sub in found if sub.notebooks and sub.assignment in to_release})
     if students:  # none: nothing was released, and there may be no gradebook yet
         with gradebook.open_gradebook() as gb:
             for student in students:

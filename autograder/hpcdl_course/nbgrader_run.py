@@ -77,8 +77,12 @@ GENERIC = ("There was an error processing", "Please see the", "Traceback (most r
 
 
 def errors(proc: subprocess.CompletedProcess, lines: int = 3) -> str:
-    """The lines of nbgrader's log that say what went wrong."""
-    log = (proc.stderr or "") + (proc.stdout or "")
+    """The lines of nbgrader's log (its stderr, then its stdout) that say what went wrong."""
+    return errors_in((proc.stderr or "") + (proc.stdout or ""), lines)
+
+
+def errors_in(log: str, lines: int = 3) -> str:
+    """The lines of an nbgrader log that say what went wrong (its last lines where none does)."""
     picked = [line.replace("[AutogradeApp | ERROR] ", "").strip() for line in log.splitlines()
               if ("ERROR" in line or "Error" in line or "timed out" in line) and not any(g in line for g in GENERIC)]
     return " | ".join((picked or log.strip().splitlines())[-lines:])
