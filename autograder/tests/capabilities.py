@@ -7,13 +7,16 @@
     @capabilities.multi_gpu(2) # mark `multi_gpu`: at least 2 CUDA GPUs
 
 capabilities.missing_browser() says what the browser test lacks (Playwright, Debian's Chromium), or None;
-that test skips on it, or fails where CI must run it (test_browser.py).
+that test skips on it, or fails where CI must run it (test_browser.py). capabilities.in_ci(): whether this is
+CI, where a test that lacks its tools fails instead of skipping. capabilities.free_port(): a loopback port for
+a server started by a test.
 
 `pytest -m "not cxx"` leaves out the slow C++ builds; the marks are registered in pyproject.toml.
 """
 import importlib.util
 import os
 import shutil
+import socket
 
 import pytest
 import torch
@@ -77,3 +80,16 @@ def mpi_cxx(test):
 
 def multi_gpu(count: int = 2):
     return _mark("multi_gpu", _missing_gpus(count))
+
+
+def in_ci() -> bool:
+    """CI is set (to anything but 0 or false): a test whose tools are missing fails here instead of skipping."""
+    return os.environ.get("CI", "").lower() not in ("", "0", "false")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free just now, for a server that must be told its port (another
+    process could still take it before that server binds it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

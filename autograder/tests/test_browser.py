@@ -19,7 +19,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import time
 import urllib.request
 import uuid
@@ -64,12 +63,6 @@ class Lab:
         return json.loads(body) if body else None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def process_token():
     """Marks every process the lab and the browser start; none may be left running at the end."""
@@ -84,8 +77,7 @@ def process_token():
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, process_token):
     missing = capabilities.missing_browser()
-    in_ci = os.environ.get("CI", "").lower() not in ("", "0", "false")
-    if missing and (in_ci or os.environ.get("HPCDL_REQUIRE_BROWSER") == "1"):
+    if missing and (capabilities.in_ci() or os.environ.get("HPCDL_REQUIRE_BROWSER") == "1"):
         pytest.fail(f"the browser test must run here (CI or HPCDL_REQUIRE_BROWSER=1 is set), but {missing}")
     if missing:
         pytest.skip(missing)
@@ -99,7 +91,7 @@ def lab(tmp_path_factory, process_token):
     tracker.write_text(json.dumps({"windowingMode": "none"}))
     env = {**os.environ, "HPCDL_TEST_TOKEN": process_token, "JUPYTERLAB_SETTINGS_DIR": str(root / "settings"),
            "JUPYTERLAB_WORKSPACES_DIR": str(root / "workspaces"), "JUPYTER_RUNTIME_DIR": str(root / "runtime")}
-    token, port = secrets.token_hex(16), _free_port()
+    token, port = secrets.token_hex(16), capabilities.free_port()
     command = [processes.find_program("jupyter"), "lab", "--no-browser", f"--port={port}",
                "--ServerApp.port_retries=0", f"--ServerApp.token={token}", f"--notebook-dir={root / 'course'}"]
     if os.geteuid() == 0:

@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+import capabilities
 from hpcdl_course import answers, paths, shards, submissions
 from selection import NAMED
 from test_gradebook_postgres import postgres  # noqa: F401 (a fixture)
@@ -27,10 +28,6 @@ A = "02_roofline"  # graded in seconds, no speed cell
 STUDENTS = ("release", "solution", "wrong")
 pytestmark = pytest.mark.xdist_group("grading_slurm")
 DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd")
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() not in ("", "0", "false")
 
 
 def test_shards_split_the_students_once_each_and_keep_a_students_submissions_together(tmp_path):
@@ -60,12 +57,6 @@ def test_make_grade_slurm_passes_its_variables_on():
         assert part in line, (part, line)
     proc = subprocess.run(["make", "-n", "grade-collect"], cwd=paths.ROOT, capture_output=True, text=True)
     assert "-m hpcdl_course grade-collect" in proc.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 SLURM_CONF = """ClusterName=hpcdltest
@@ -107,7 +98,7 @@ def slurm():
     why = (f"no {', '.join(missing)} (Debian/Ubuntu: apt-get install slurm-wlm munge)" if missing
            else None if os.geteuid() == 0 else "slurmd must run as root to start a job as its user")
     if why:
-        if in_ci():
+        if capabilities.in_ci():
             pytest.fail(f"the Slurm grading test must run in CI, but {why}")
         pytest.skip(why)
     root = tempfile.mkdtemp(prefix="hpcdl-slurm-")  # short: a Unix socket's path is at most 107 bytes
@@ -119,7 +110,7 @@ def slurm():
     os.chmod(key, 0o400)
     conf = os.path.join(root, "slurm.conf")
     with open(conf, "w") as f:
-        f.write(SLURM_CONF.format(root=root, ctld_port=free_port(), slurmd_port=free_port(),
+        f.write(SLURM_CONF.format(root=root, ctld_port=capabilities.free_port(), slurmd_port=capabilities.free_port(),
                                   host=socket.gethostname(), cpus=os.cpu_count()))
     open(os.path.join(root, "plugstack.conf"), "w").close()
 

@@ -10,7 +10,6 @@ import pathlib
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import urllib.request
 
 import pytest
 
+import capabilities
 from hpcdl import processes
 from hpcdl_course import cli, paths, sandbox
 from leftovers import no_leftovers  # noqa: F401  (a fixture)
@@ -45,12 +45,6 @@ def dist(tmp_path_factory):
     return target
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _get(url: str, token: str) -> tuple:
     request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
     with urllib.request.urlopen(request, timeout=10) as response:
@@ -58,7 +52,7 @@ def _get(url: str, token: str) -> tuple:
 
 
 def test_learner_make_lab_starts_jupyterlab_with_lab_args_as_root(dist, tmp_path, no_leftovers):
-    port = _free_port()
+    port = capabilities.free_port()
     env = environment(JUPYTER_RUNTIME_DIR=tmp_path / "runtime", JUPYTER_CONFIG_DIR=tmp_path / "config",
                       JUPYTERLAB_WORKSPACES_DIR=tmp_path / "workspaces")
     lab = processes.Child([MAKE, "lab", f"VENV={VENV}", f"LAB_ARGS=--no-browser --port={port}"],
