@@ -7,7 +7,8 @@ At the graded shape (4096 x 11008 x 4096 float16), for each candidate: the solut
 epilogue in two halves of BLOCK_N / 2 columns (a smaller store buffer in shared memory, so a fourth stage of
 loads fits), with and without warp specialization of the tile loop. Beside eager `gelu(addmm)` and cuBLAS's
 matmul alone, in the same run, on new random data in each of RUNS runs; every result checked against a float64
-reference first. Times are triton.testing.do_bench medians (hpcdl.timing.time_function).
+reference first (a candidate that fails to compile, run or match is left out, and said). Times are
+triton.testing.do_bench medians (hpcdl.timing.time_function, through benchmarks.fused_mlp.tflops).
 """
 import json
 import statistics
@@ -16,6 +17,7 @@ import time
 
 import hpcdl  # first: it decides, before triton is imported, whether Triton runs on the GPU
 import torch
+from hpcdl import check
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
@@ -23,7 +25,8 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from hpcdl_course.solution_modules import module
 
 from . import machine
-from .fused_mlp import LINEAR_SHAPE, cublas_matmul_alone, eager_linear_gelu, linear_gelu_reference, linear_inputs, seconds
+from .fused_mlp import (LINEAR_SHAPE, cublas_matmul_alone, eager_linear_gelu, linear_gelu_reference, linear_inputs,
+                        tflops)
 
 RUNS = 3
 solution = module("04_fused_mlp")
@@ -83,42 +86,47 @@ def candidates():
     return found
 
 
+def runnable(found: dict, shape) -> tuple:
+    """(the candidates that compile, run and, where checked, give the reference's result at `shape`, one call
+    each; {label: why not} for the others)."""
+    args = linear_inputs(*shape)
+    expected = linear_gelu_reference(*args)
+    kept, failed = {}, {}
+    for label, (fn, checked) in found.items():
+        try:
+            problem = check.compare(fn(*args), expected) if checked else None
+        except Exception as error:  # a configuration that does not fit or compile: said, then left out
+            problem = f"{type(error).__name__}: {str(error)[:300]}"
+        if problem is None:
+            kept[label] = (fn, checked)
+        else:
+            failed[label] = problem
+    return kept, failed
+
+
 def main(out_path: str) -> None:
     hpcdl.device.require_gpu("This benchmark")
     started = time.time()
-    M, N, K = LINEAR_SHAPE
+    kept, failed = runnable(candidates(), LINEAR_SHAPE)
     results = {**machine.record("PYTHONPATH=autograder python3 -m benchmarks.persistent_sweep OUT.json",
                                 f"triton.testing.do_bench medians, random float16 data, new data for each of "
                                 f"{RUNS} runs, every result checked against a float64 reference first"),
-               "shape": [M, N, K], "unit": "TFLOP/s (2MNK)", "runs": [], "failed": {}}
-    found = candidates()
+               "shape": list(LINEAR_SHAPE), "unit": "TFLOP/s (2MNK)", "runs": [], "failed": failed}
     for _ in range(RUNS):
-        args = linear_inputs(M, N, K)
-        expected = linear_gelu_reference(*args)
-        run = {}
-        for label, (fn, checked) in found.items():
-            if label in results["failed"]:
-                continue
-            try:
-                run[label] = 2 * M * N * K / seconds(fn, args, expected if checked else None) / 1e12
-            except Exception as error:  # a configuration that does not fit or compile: said, then skipped
-                results["failed"][label] = f"{type(error).__name__}: {str(error)[:300]}"
-        results["runs"].append(run)
-        del args, expected
+        results["runs"].append(tflops(kept, LINEAR_SHAPE))
         results["seconds"] = time.time() - started
-        with open(out_path, "w") as f:
+        with open(out_path, "w") as f:  # after each run: a run cut short keeps what it measured
             json.dump(results, f, indent=1)
-    labels = {k for r in results["runs"] for k in r}
-    median = {k: statistics.median(r[k] for r in results["runs"] if k in r) for k in labels}
+    median = {k: statistics.median(r[k] for r in results["runs"]) for k in kept}
     eager = median["eager gelu(addmm)"]
     results["median"] = median
-    results["worst_vs_eager"] = {k: min(r[k] / r["eager gelu(addmm)"] for r in results["runs"] if k in r)
-                                 for k in labels}
+    results["worst_vs_eager"] = {k: min(r[k] / r["eager gelu(addmm)"] for r in results["runs"]) for k in kept}
     with open(out_path, "w") as f:
         json.dump(results, f, indent=1)
     for k in sorted(median, key=median.get, reverse=True):
-        print(f"{median[k]:7.1f} TFLOP/s  {median[k] / eager:5.2f}x eager (worst run {results['worst_vs_eager'][k]:.2f}x)  {k}")
-    for k, v in results["failed"].items():
+        worst = results["worst_vs_eager"][k]
+        print(f"{median[k]:7.1f} TFLOP/s  {median[k] / eager:5.2f}x eager (worst run {worst:.2f}x)  {k}")
+    for k, v in failed.items():
         print("failed:", k, v)
     print(f"{time.time() - started:.0f} s")
 
