@@ -5,13 +5,17 @@
 At the graded shape (4096 x 11008 x 4096 float16), for each candidate: the solution's kernel
 (`linear_gelu_persistent_kernel`, launched with one configuration, no autotuning), and the same loop with its
 epilogue in two halves of BLOCK_N / 2 columns (a smaller store buffer in shared memory, so a fourth stage of
-loads fits), with and without warp specialization of the tile loop. Beside eager `gelu(addmm)` and cuBLAS's
+loads fits), with and without warp specialization and flattening of the tile loop (every candidate is
+compiled and checked in a child process first, eight at a time: a compiler crash leaves it out instead of ending
+the run). Beside eager `gelu(addmm)` and cuBLAS's
 matmul alone, in the same run, on new random data in each of RUNS runs; every result checked against a float64
 reference first (a candidate that fails to compile, run or match is left out, and said). Times are
 triton.testing.do_bench medians (hpcdl.timing.time_function, through benchmarks.fused_mlp.tflops).
 """
+import concurrent.futures
 import json
 import statistics
+import subprocess
 import sys
 import time
 
@@ -34,13 +38,15 @@ tl_gelu_tanh = solution.tl_gelu_tanh
 
 
 @triton.jit
-def halves_kernel(x_desc, w_desc, bias_ptr, out_desc, M, N, K, PROGRAMS: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, SPECIALIZE: tl.constexpr):
-    """The solution's loop; the epilogue stores the tile as two BLOCK_M x BLOCK_N/2 halves."""
+def variant_kernel(x_desc, w_desc, bias_ptr, out_desc, M, N, K, PROGRAMS: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, HALVES: tl.constexpr,
+                   SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr):
+    """The solution's loop; HALVES stores the tile as two BLOCK_M x BLOCK_N/2 halves, FLATTEN and SPECIALIZE
+    are tl.range's flatten and warp_specialize of the tile loop."""
     n_tiles_m = tl.cdiv(M, BLOCK_M)
     n_tiles_n = tl.cdiv(N, BLOCK_N)
     per_group = GROUP_M * n_tiles_n
-    for tile in tl.range(tl.program_id(0), n_tiles_m * n_tiles_n, PROGRAMS, flatten=True,
+    for tile in tl.range(tl.program_id(0), n_tiles_m * n_tiles_n, PROGRAMS, flatten=FLATTEN,
                          warp_specialize=SPECIALIZE):
         first = (tile // per_group) * GROUP_M
         rows_in_group = tl.minimum(n_tiles_m - first, GROUP_M)
@@ -51,23 +57,27 @@ def halves_kernel(x_desc, w_desc, bias_ptr, out_desc, M, N, K, PROGRAMS: tl.cons
             acc = tl.dot(x_desc.load([row, k]), w_desc.load([col, k]).T, acc)
         cols = col + tl.arange(0, BLOCK_N)
         acc = acc + tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-        left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
-        out_desc.store([row, col], tl_gelu_tanh(left).to(out_desc.dtype))
-        out_desc.store([row, col + BLOCK_N // 2], tl_gelu_tanh(right).to(out_desc.dtype))
+        if HALVES:
+            left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+            out_desc.store([row, col], tl_gelu_tanh(left).to(out_desc.dtype))
+            out_desc.store([row, col + BLOCK_N // 2], tl_gelu_tanh(right).to(out_desc.dtype))
+        else:
+            out_desc.store([row, col], tl_gelu_tanh(acc).to(out_desc.dtype))
 
 
-def launcher(kernel, block_m, block_n, block_k, stages, warps, group_m=8, halves=False, **extra):
+def launcher(kernel, block_m, block_n, block_k, stages, warps, group_m=8, programs=None, **extra):
     def run(x, weight, bias):
         M, K = x.shape
         N = weight.shape[0]
         out = torch.empty((M, N), dtype=x.dtype, device=x.device)
         x_desc = TensorDescriptor.from_tensor(x, [block_m, block_k])
         w_desc = TensorDescriptor.from_tensor(weight, [block_n, block_k])
-        out_desc = TensorDescriptor.from_tensor(out, [block_m, block_n // 2 if halves else block_n])
+        out_desc = TensorDescriptor.from_tensor(out, [block_m, block_n // 2 if extra.get("HALVES") else block_n])
         tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
-        kernel[(min(solution.PROGRAMS, tiles),)](x_desc, w_desc, bias, out_desc, M, N, K, PROGRAMS=solution.PROGRAMS,
-                                                 BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
-                                                 num_stages=stages, num_warps=warps, **extra)
+        every = programs or solution.PROGRAMS
+        kernel[(min(every, tiles),)](x_desc, w_desc, bias, out_desc, M, N, K, PROGRAMS=every,
+                                     BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
+                                     num_stages=stages, num_warps=warps, **extra)
         return out
     return run
 
@@ -77,12 +87,21 @@ def candidates():
     found = {"eager gelu(addmm)": (eager_linear_gelu, False), "cuBLAS matmul alone": (cublas_matmul_alone, False),
              "solution (autotuned)": (solution.linear_gelu_persistent, True)}
     for shape in [(128, 256, 64, 3, 8), (128, 256, 64, 4, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 8),
-                  (128, 128, 64, 5, 4), (128, 256, 64, 3, 8, 16)]:
+                  (128, 128, 64, 5, 4), (128, 256, 64, 3, 8, 16), (128, 256, 64, 3, 8, 4),
+                  (128, 128, 128, 3, 8), (128, 128, 128, 2, 4)]:
         found[f"plain {shape}"] = (launcher(plain, *shape), True)
+    found["plain (128, 256, 64, 3, 8) one program per tile"] = (launcher(plain, 128, 256, 64, 3, 8, programs=1 << 20),
+                                                                True)
     for shape in [(128, 256, 64, 3, 8), (128, 256, 64, 4, 8), (128, 128, 64, 4, 8), (256, 128, 64, 3, 8)]:
-        for specialize in (False, True):
-            found[f"halves {shape}{' warp-specialized' if specialize else ''}"] = (
-                launcher(halves_kernel, *shape, halves=True, SPECIALIZE=specialize), True)
+        for halves in (False, True):
+            for flatten in (True, False):
+                for specialize in (False, True):
+                    if not (halves or specialize or not flatten):
+                        continue  # the plain kernel, above
+                    label = (f"{'halves' if halves else 'whole'} {shape}{'' if flatten else ' unflattened'}"
+                             f"{' warp-specialized' if specialize else ''}")
+                    found[label] = (launcher(variant_kernel, *shape, HALVES=halves, SPECIALIZE=specialize,
+                                             FLATTEN=flatten), True)
     return found
 
 
@@ -104,10 +123,31 @@ def runnable(found: dict, shape) -> tuple:
     return kept, failed
 
 
+def probe(label: str) -> None:
+    """Child process: exit 0 when `label` compiles, runs and matches (its compilation is then cached)."""
+    kept, failed = runnable({label: candidates()[label]}, LINEAR_SHAPE)
+    print(failed.get(label, "ok"))
+    sys.exit(0 if kept else 1)
+
+
 def main(out_path: str) -> None:
     hpcdl.device.require_gpu("This benchmark")
     started = time.time()
-    kept, failed = runnable(candidates(), LINEAR_SHAPE)
+    found, crashed = candidates(), {}
+    # Each launched candidate compiles, runs and is checked in a child process first, eight at a time: a
+    # compiler crash leaves it out instead of ending the run, and the parent finds the compilations cached.
+    def try_in_child(label):
+        return label, subprocess.run([sys.executable, "-m", "benchmarks.persistent_sweep", "--probe", label],
+                                     capture_output=True, text=True, timeout=400)
+    labels = [k for k in found if k.split()[0] in ("plain", "whole", "halves")]  # the launched ones
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        for label, child in pool.map(try_in_child, labels):
+            if child.returncode:
+                crashed[label] = f"exit {child.returncode}: {(child.stdout + child.stderr)[-300:]}"
+                del found[label]
+    print(f"{len(labels)} candidates tried in child processes, {len(crashed)} left out, {time.time() - started:.0f} s")
+    kept, failed = runnable(found, LINEAR_SHAPE)
+    failed.update(crashed)
     results = {**machine.record("PYTHONPATH=autograder python3 -m benchmarks.persistent_sweep OUT.json",
                                 f"triton.testing.do_bench medians, random float16 data, new data for each of "
                                 f"{RUNS} runs, every result checked against a float64 reference first"),
@@ -132,4 +172,7 @@ def main(out_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--probe":
+        probe(sys.argv[2])
+    else:
+        main(sys.argv[1])
