@@ -8,6 +8,7 @@ in this process may be hostile, so the checker trusts only what it can verify.
 Run as `python -m hpcdl_grader.worker`: requests arrive on stdin and replies leave on stdout; the
 learner's own prints go to stderr, which the checker keeps (up to a limit) for the instructor.
 """
+import contextlib
 import os
 import sys
 import traceback
@@ -47,6 +48,38 @@ def _element(out, position: int):
         position, at = divmod(position, size)
         index.append(at)
     return out[tuple(reversed(index))]
+
+
+@contextlib.contextmanager
+def first_configuration_only():
+    """Within it, a Triton autotuner runs its first configuration that compiles on this card, without timing
+    the others. A correctness check needs a right result, not the fastest configuration, and tuning again at
+    every new shape of a check (each one compiling and timing every configuration) cost most of a GPU grading's
+    seconds. Timed batches (run_timed) tune as usual; every configuration must give the right result, and the
+    clock checks the outputs of the one it picks."""
+    from triton.runtime import autotuner, errors
+
+    tuned_run = autotuner.Autotuner.run
+    unfit = tuple(getattr(errors, n) for n in ("OutOfResources", "PTXASError") if hasattr(errors, n))
+
+    def run(tuner, *args, **kwargs):
+        configs = tuner.configs
+        try:
+            for i, config in enumerate(configs):
+                tuner.configs = [config]
+                try:
+                    return tuned_run(tuner, *args, **kwargs)
+                except unfit:  # too large for this card: the tuner would have skipped it too
+                    if i == len(configs) - 1:
+                        raise
+        finally:
+            tuner.configs = configs
+
+    autotuner.Autotuner.run = run
+    try:
+        yield
+    finally:
+        autotuner.Autotuner.run = tuned_run
 
 
 class Worker:
@@ -129,13 +162,15 @@ class Worker:
         return getattr(fn, request["attr"]) if request.get("attr") else fn
 
     def call(self, request):
+        """A call of the checks (not timed): autotuners run one configuration (first_configuration_only)."""
         fn = self.callee(request)
         args, kwargs = request.get("args", ()), request.get("kwargs", {})
-        if not request.get("checked"):
-            return {"result": fn(*args, **kwargs)}
-        result, launches, modified = self.check.invoke(
-            (lambda *a: fn(*a, **kwargs)), args, self.kernels_named(request.get("kernels", [])),
-            skip=request.get("skip", False))
+        with first_configuration_only():
+            if not request.get("checked"):
+                return {"result": fn(*args, **kwargs)}
+            result, launches, modified = self.check.invoke(
+                (lambda *a: fn(*a, **kwargs)), args, self.kernels_named(request.get("kernels", [])),
+                skip=request.get("skip", False))
         return {"result": result, "launches": launches, "modified": modified}
 
     def get(self, request):
