@@ -5,7 +5,7 @@ import subprocess
 import sys
 import threading
 
-from . import paths
+from . import forkserver, paths
 
 
 # nbgrader_steps (autograde and feedback in one process): its exit status's bits, and the line on stderr that
@@ -21,15 +21,23 @@ def nbgrader(*args, timeout: float | None = None, env: dict | None = None,
              module: str = "nbgrader") -> subprocess.CompletedProcess:
     """`nbgrader ARGS` run from autograder/, where nbgrader_config.py lives; output captured. `env`: variables
     added to this process's. It runs in a process group of its own (with the checker it starts), which a
-    timeout or stop_all() ends as a whole. `module`: another module run the same way (nbgrader_steps)."""
+    timeout or stop_all() ends as a whole. `module`: another module run the same way (nbgrader_steps). On
+    Linux it is forked from a server that has imported nbgrader already (forkserver.py), not started afresh."""
     paths.work().mkdir(parents=True, exist_ok=True)  # SQLite does not create the gradebook's folder
     command = [sys.executable, "-m", module, *map(str, args)]
     # nbgrader runs `alembic` (and the kernel its `jupyter`) by name: put this environment's bin/ first.
     bin_dir = os.path.dirname(sys.executable)
     env = {**os.environ, **(env or {}), "HPCDL_WORK": str(paths.work()), "PYTHONWARNINGS": "ignore",
            "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
-    proc = subprocess.Popen(command, cwd=paths.AUTOGRADER, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = None
+    if forkserver.usable():
+        try:
+            proc = forkserver.Popen(module, command[3:], cwd=paths.AUTOGRADER, env=env)
+        except OSError:  # its server did not start, or has ended: run it afresh
+            pass
+    if proc is None:
+        proc = subprocess.Popen(command, cwd=paths.AUTOGRADER, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, start_new_session=True)
     with _lock:
         _running.add(proc)
     try:
