@@ -28,7 +28,7 @@ from hpcdl.timing import time_function
 
 from hpcdl_course.solution_modules import module
 
-from . import machine
+from . import candidates as candidates_, machine
 from .int4_gemv import GROUP, compiled_dequant_matmul, dequantized_fp16, inputs, reference
 
 RUNS = 3
@@ -104,19 +104,8 @@ def candidates(solution):
 
 def runnable(found: dict, shape) -> tuple:
     """(the candidates that compile, run and give the reference's result at `shape`; {label: why not})."""
-    x, packed, scales = inputs(*shape)
-    expected = reference(x, packed, scales)
-    kept, failed = {}, {}
-    for label, (fn, checked) in found.items():
-        try:
-            problem = check.compare(fn(x, packed, scales), expected) if checked else None
-        except Exception as error:  # a configuration that does not fit or compile: said, then left out
-            problem = f"{type(error).__name__}: {str(error)[:300]}"
-        if problem is None:
-            kept[label] = (fn, checked)
-        else:
-            failed[label] = problem
-    return kept, failed
+    args = inputs(*shape)
+    return candidates_.runnable(found, args, reference(*args))
 
 
 def microseconds(found: dict, shape) -> dict:

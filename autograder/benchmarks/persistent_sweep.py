@@ -21,14 +21,13 @@ import time
 
 import hpcdl  # first: it decides, before triton is imported, whether Triton runs on the GPU
 import torch
-from hpcdl import check
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from hpcdl_course.solution_modules import module
 
-from . import machine
+from . import candidates as candidates_, machine
 from .fused_mlp import (LINEAR_SHAPE, cublas_matmul_alone, eager_linear_gelu, linear_gelu_reference, linear_inputs,
                         tflops)
 
@@ -109,18 +108,7 @@ def runnable(found: dict, shape) -> tuple:
     """(the candidates that compile, run and, where checked, give the reference's result at `shape`, one call
     each; {label: why not} for the others)."""
     args = linear_inputs(*shape)
-    expected = linear_gelu_reference(*args)
-    kept, failed = {}, {}
-    for label, (fn, checked) in found.items():
-        try:
-            problem = check.compare(fn(*args), expected) if checked else None
-        except Exception as error:  # a configuration that does not fit or compile: said, then left out
-            problem = f"{type(error).__name__}: {str(error)[:300]}"
-        if problem is None:
-            kept[label] = (fn, checked)
-        else:
-            failed[label] = problem
-    return kept, failed
+    return candidates_.runnable(found, args, linear_gelu_reference(*args))
 
 
 def probe(label: str) -> None:
