@@ -1,7 +1,7 @@
 """A notebook's graded speed cells as `make grade` runs them, several times over (CUDA GPU):
 
     PYTHONPATH=autograder python3 -m benchmarks.speed_cells OUT.json [ASSIGNMENT] [RUNS]
-    NB=04_fused_mlp BENCH=speed_cells bash autograder/benchmarks/gpu_run.sh OUT   (ASSIGNMENT from NB)
+    [RUNS=5] NB=04_fused_mlp BENCH=speed_cells bash autograder/benchmarks/gpu_run.sh OUT   (ASSIGNMENT from NB)
 
 One checker session (hpcdl_course.checker, the grader's own code): the solution's locked and answer cells
 run in a sandboxed worker, and the notebook's locked cells and its speed cells run in the checker, the speed
@@ -61,4 +61,5 @@ def main(out_path: str, assignment: str, runs: int) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    main(args[0], args[1] if len(args) > 1 else os.environ["NB"], int(args[2]) if len(args) > 2 else 5)
+    main(args[0], args[1] if len(args) > 1 else os.environ["NB"],
+         int(args[2]) if len(args) > 2 else int(os.environ.get("RUNS", 5)))

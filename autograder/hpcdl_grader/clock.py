@@ -3,98 +3,94 @@
 Every timed call gets fresh inputs of its own, which travel in the timed request and are drawn by the
 worker as it decodes it, after the clock has started (no thread of the learner's can start on them
 early). The clock measures a batch of calls and stops only when an element of every output has arrived;
-those elements and two whole outputs picked after the timing are checked against the reference. What
-drawing the inputs costs, and what a batch of trusted torch.add pays beyond its work along the same path
-(measured on a worker without learner code), are taken off. The yardsticks (hpcdl.speed) are measured
-while the worker's processes are stopped and the card, by its copy speed, runs nothing of theirs.
+those elements and two whole outputs picked after the timing are checked against the reference. What the
+same batch costs without the learner's work (the pipes, the sandbox, drawing the inputs, picking the
+elements) is measured on a twin worker (same command and sandbox, no learner code, a function that only
+hands back its first input) while the learner's processes are stopped, and taken off. The yardsticks
+(hpcdl.speed) are measured while the worker's processes are stopped and the card, by its copy speed, runs
+nothing of theirs.
 """
+import atexit
 import contextlib
 import functools
-import io
 import random
 import statistics
 import time
 
 import torch
 
-from hpcdl.check import CheckFailed, compare, generator, new_seed, random_tensor
-from hpcdl.device import DEVICE, ON_GPU
+from hpcdl.check import CheckFailed, compare
+from hpcdl.device import ON_GPU
 from hpcdl.speed import (BATCH_CALLS, BATCH_REPEATS, WAKE_SECONDS, ImpossibleSpeed, batch_seconds, calls_per_batch,
-                         input_bytes, synchronize, wake_the_card)
-
-from . import wire
+                         input_bytes, synchronize)
 
 VERIFIED_PER_BATCH = 2
-CALIBRATION_ELEMENTS = 1 << 24 if ON_GPU else 1 << 12  # on a CPU speed is not graded: only the path is tested
-CALIBRATION_CELL = "import torch\n\ndef add(x, y):\n    return torch.add(x, y)\n"
-_overheads = {}
+NO_WORK_CELL = """
+import torch
+
+def first_input(*args):
+    return next(a for a in args if isinstance(a, torch.Tensor))
+
+def release():
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+"""
+_twins = {}
 
 
 def seconds_per_call(worker, target: dict, make_args, reference, name: str) -> tuple:
-    """(median seconds per call of the worker's function `target`, how it was measured)."""
+    """(seconds per call of the worker's function `target`, how it was measured).
+
+    A warm-up batch (it compiles and tunes), a batch of BATCH_CALLS that sizes the counted ones (hpcdl.speed's
+    calls_per_batch), then the least of BATCH_REPEATS batches, less the least of as many batches of as many
+    calls on the twin worker (see twin_worker), measured alone on the card. The least, as for the peers
+    (hpcdl.speed.local_seconds): noise only ever adds time, and a batch cannot finish before its work (its
+    outputs are checked)."""
+    timed = functools.partial(batch_elapsed, worker, target, make_args, reference, name)
+    timed(BATCH_CALLS)
+    elapsed, nbytes = timed(BATCH_CALLS)
+    calls = calls_per_batch(elapsed / BATCH_CALLS, nbytes)
+    learner = min(timed(calls)[0] for _ in range(BATCH_REPEATS))
     with alone_on_the_card(worker):
-        overhead = batch_overhead(worker)
-    seconds = timed_seconds(worker, target, make_args, reference, name, overhead)
-    return seconds, (f"checker's clock, fresh inputs per call, less the {overhead * 1e3:.2f} ms that a batch of "
-                     f"torch.add also pays here")
+        empty = empty_batch_seconds(worker, make_args, calls)
+    return max(learner - empty, 1e-9) / calls, (
+        f"checker's clock, fresh inputs per call, {calls} calls a batch, less the {empty * 1e3:.2f} ms that the "
+        f"same batch costs a worker without learner code that does no work with it")
 
 
-def _calibration_inputs():
-    g = generator(new_seed())
-    return tuple(random_tensor((CALIBRATION_ELEMENTS,), torch.float32, generator=g) for _ in range(2))
-
-
-def batch_overhead(worker) -> float:
-    """Seconds a timed batch costs beyond its calls' own work: the pipes' round trip, the sandbox and whatever
-    else a batch timed from this process pays (on the course's H200, 0.9-1.5 ms a batch, for torch's kernels and
-    Triton's alike, as much as 20 calls of a small kernel). Measured on a worker of its own (same command, same
-    sandbox, no learner code; the learner's worker is paused meanwhile), which runs torch.add exactly as a
-    learner's function is timed (fresh inputs, elements picked, outputs fetched and checked), against the same
-    batches run in this process (medians of 5 batches both). The smallest of 3 is taken off each of the
-    learner's batches: the learner's code cannot make it larger."""
+def twin_worker(worker):
+    """A worker started by `worker`'s command, in the same sandbox, that runs no learner code: only
+    NO_WORK_CELL. Started once per worker command, stopped when this process exits."""
     from .remote import WorkerProcess
 
     key = (tuple(worker.command), repr(sorted((worker.env or {}).items())))
-    if key not in _overheads:
-        echo = WorkerProcess(worker.command, env=worker.env, preexec_fn=worker.preexec_fn, timeout=300)
-        try:
-            echo.request({"op": "run_cells", "cells": [{"id": "add", "source": CALIBRATION_CELL, "answer": False}]},
-                         what="the calibration worker")
-            samples = []
-            for _ in range(3):
-                remote_s = timed_seconds(echo, {"name": "add"}, _calibration_inputs, torch.add, "the calibration", 0.0,
-                                         calls=BATCH_CALLS)
-                sets = [_calibration_inputs() for _ in range(BATCH_CALLS)]
-                wake_the_card()
-                batch_seconds(torch.add, sets)  # warm-up, as the remote batches have one
-                local_s = statistics.median(batch_seconds(torch.add, sets) for _ in range(BATCH_REPEATS))
-                samples.append(max(remote_s - local_s, 0.0) * BATCH_CALLS)
-                del sets
-            _overheads[key] = min(samples)
-        finally:
-            echo.stop()
-    return _overheads[key]
+    if key not in _twins:
+        twin = WorkerProcess(worker.command, env=worker.env, preexec_fn=worker.preexec_fn, timeout=300)
+        atexit.register(twin.stop)
+        twin.request({"op": "run_cells", "cells": [{"id": "twin", "source": NO_WORK_CELL, "answer": False}]},
+                     what="the twin worker")
+        _twins[key] = twin
+    return _twins[key]
 
 
-def timed_seconds(worker, target: dict, make_args, reference, name: str, overhead: float,
-                  calls: int | None = None) -> float:
-    """Median seconds per call of the worker's function `target`, timed by this process's clock, less the
-    overhead of a batch (measured apart, see batch_overhead) and less what drawing the batch's inputs costs.
-    A warm-up batch (it compiles) and a batch of BATCH_CALLS that sizes the counted ones (hpcdl.speed's
-    calls_per_batch), unless `calls` fixes their size; then the median of BATCH_REPEATS batches.
-
-    The inputs travel in the timed request itself and the worker draws them as it decodes it, after the clock
-    has started: a thread of the learner's cannot start on them early. Drawing them is timed here, on this
-    card, by decoding the same request (the worker's decoder, this process's code), and taken off."""
-    timed = functools.partial(_batch_seconds, worker, target, make_args, reference, name, overhead)
-    timed(BATCH_CALLS)
-    if calls is None:
-        calls = calls_per_batch(*timed(BATCH_CALLS))
-    return statistics.median(timed(calls)[0] for _ in range(BATCH_REPEATS))
+def empty_batch_seconds(worker, make_args, calls: int) -> float:
+    """The least seconds of BATCH_REPEATS timed batches of `calls` calls (after a warm-up batch) of a function
+    that does no work, on fresh inputs from make_args, on `worker`'s twin: what a batch costs beyond its
+    calls' own work. Part of it grows with the calls (drawing the inputs, picking the elements), so it is
+    measured at the learner's batch size. The learner's code cannot make it larger."""
+    twin = twin_worker(worker)
+    timed = functools.partial(batch_elapsed, twin, {"name": "first_input"}, make_args, None, "the twin worker")
+    try:
+        timed(calls)
+        return min(timed(calls)[0] for _ in range(BATCH_REPEATS))
+    finally:  # the twin drops its last batch and gives the memory back, for the learner's next cells
+        twin.request({"op": "wake", "wake_s": 0}, what="the twin worker")
+        twin.request({"op": "call", "name": "release"}, what="the twin worker")
 
 
-def _batch_seconds(worker, target, make_args, reference, name, overhead, calls) -> tuple:
-    """(seconds per call of one timed batch of `calls` calls, bytes of one call's inputs), its outputs checked."""
+def batch_elapsed(worker, target, make_args, reference, name, calls) -> tuple:
+    """(seconds one timed batch of `calls` calls took, bytes of one call's inputs), its outputs checked
+    against `reference` (unless None)."""
     sets = [make_args() for _ in range(calls)]
     positions = [random.randrange(1 << 62) for _ in sets]
     request = {"op": "run_timed", **target, "sets": sets, "positions": positions}
@@ -105,28 +101,12 @@ def _batch_seconds(worker, target, make_args, reference, name, overhead, calls) 
     start = time.perf_counter()
     picked = worker.request(request, what=name)["picked"]
     elapsed = time.perf_counter() - start
-    verified = random.Random().sample(range(calls), VERIFIED_PER_BATCH)
-    whole = {i: worker.request({"op": "fetch", "index": i}, what=f"the output of {name}")["result"]
-             for i in verified}
-    seconds = max(elapsed - overhead - _drawing_seconds(sets), 1e-9) / calls
     if reference is not None:
+        verified = random.Random().sample(range(calls), VERIFIED_PER_BATCH)
+        whole = {i: worker.request({"op": "fetch", "index": i}, what=f"the output of {name}")["result"]
+                 for i in verified}
         _check_batch(picked, whole, reference, sets, positions, name)
-    return seconds, input_bytes(sets[0])
-
-
-def _drawing_seconds(sets) -> float:
-    """Seconds this process takes to decode a batch's inputs as the worker does (redrawing the large random
-    ones on the card), the least of three."""
-    message = wire.encode({"sets": sets}, side="checker")
-    best = float("inf")
-    for _ in range(3):
-        synchronize()
-        start = time.perf_counter()
-        decoded = wire.receive(io.BytesIO(message), DEVICE, lambda ref: None, side="worker")
-        synchronize()
-        best = min(best, time.perf_counter() - start)
-        del decoded
-    return best
+    return elapsed, input_bytes(sets[0])
 
 
 def _check_batch(picked, whole, reference, sets, positions, name):

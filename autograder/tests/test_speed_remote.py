@@ -1,6 +1,6 @@
 """The checker's timing of a worker's function (hpcdl.speed at grading time), run on this machine's device:
 the clock stops only when an element of every timed output has arrived, those elements are checked against
-the reference, and the overhead of a batch is measured on a worker that runs no learner code."""
+the reference, and what a batch costs beyond its calls is measured on a twin worker that runs no learner code."""
 import pytest
 import torch
 
@@ -69,15 +69,21 @@ def inputs(shape=(37, 53)):
     return check.random_tensor(shape, generator=g), check.random_tensor(shape, generator=g)
 
 
-def test_the_batch_overhead_is_measured_once_on_a_worker_of_its_own(worker):
-    clock._overheads.clear()
-    first = clock.batch_overhead(worker)
-    assert 0 <= first < 1.0 and clock.batch_overhead(worker) == first and len(clock._overheads) == 1
+def test_the_empty_batch_is_timed_on_one_twin_worker_without_learner_code(worker):
+    clock._twins.clear()
+    first = clock.empty_batch_seconds(worker, inputs, 3)
+    assert 0 < first < 10 and len(clock._twins) == 1
+    twin = clock.twin_worker(worker)
+    assert twin is not worker
+    with pytest.raises(Exception):  # the learner's cells never ran there
+        twin.request({"op": "call", "name": "add", "args": list(inputs())}, what="add on the twin")
+    clock.empty_batch_seconds(worker, inputs, 3)
+    assert len(clock._twins) == 1  # started once
 
 
 def test_an_honest_function_is_timed_and_its_elements_check_out(worker):
-    seconds = clock.timed_seconds(worker, {"name": "add"}, inputs, torch.add, "add", 0.0)
-    assert seconds > 0
+    seconds, how = clock.seconds_per_call(worker, {"name": "add"}, inputs, torch.add, "add")
+    assert seconds > 0 and "calls a batch" in how
 
 
 def test_elements_are_read_in_row_major_order_of_any_layout(worker):
@@ -91,17 +97,17 @@ def test_elements_are_read_in_row_major_order_of_any_layout(worker):
 def test_methods_of_objects_in_the_worker_are_timed_too(worker):
     adder = remote.RemoteCallable(worker, "Adder")()  # an object that cannot travel comes back as a handle
     method = remote.RemoteCallable(worker, handle=adder._handle, attr="forward", label="Adder().forward")
-    assert clock.timed_seconds(worker, method._target(), inputs, torch.add, "Adder().forward", 0.0) > 0
+    assert clock.batch_elapsed(worker, method._target(), inputs, torch.add, "Adder().forward", 3)[0] > 0
 
 
 def test_a_result_reused_across_timed_calls_fails(worker):
     with pytest.raises(check.CheckFailed, match="wrong on the timed calls"):
-        clock.timed_seconds(worker, {"name": "memoised"}, inputs, torch.add, "memoised", 0.0)
+        clock.batch_elapsed(worker, {"name": "memoised"}, inputs, torch.add, "memoised", 3)
 
 
 def test_a_tensor_subclass_is_refused_as_a_timed_output(worker):
     with pytest.raises(TypeError, match="not a plain torch.Tensor"):
-        clock.timed_seconds(worker, {"name": "lazy"}, lambda: inputs((1 << 10,)), torch.add, "lazy", 0.0)
+        clock.batch_elapsed(worker, {"name": "lazy"}, lambda: inputs((1 << 10,)), torch.add, "lazy", 3)
 
 
 def test_no_learner_mode_sees_a_timed_batch_drawn(worker):

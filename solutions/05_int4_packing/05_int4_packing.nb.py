@@ -737,10 +737,12 @@ hpcdl.plots.plot_roofline(ceilings.roof("fp16"), ceilings.bandwidth, points,
 # - How much of it a kernel gets depends on its instructions per weight: the exponent trick, one scale per
 #   word and float32 products keep them few; an integer-to-float conversion per weight, or a scale multiplied
 #   into every weight, does not.
-# - **On an H200** (2026-12-05, the graded speed cell's own check, three runs): the course's own `int4_gemv`
-#   took 210-275 µs where cuBLAS's float16 GEMV took 40 µs, reading its 128 MiB weight at about 3.4 TB/s.
-#   That is 0.14-0.19x, far from the 1.5x the speed cell asks (the bytes allow close to 4x): the course's
-#   reference kernel is being reworked, and the threshold stays where the bytes put it.
+# - **On an H100** (2026-12-05, `do_bench`): the course's own `int4_gemv` took 56 µs on the GPU where cuBLAS's
+#   float16 GEMV took 49-60 µs. That is about 1x, not the 4x the bytes allow: its 33 MiB move at a fifth of
+#   what the card's memory can do. None of 18 other designs tried was faster.
+# - The same calls cost about 66 µs of CPU each (checking the inputs, the autotuner, Triton's launcher), more
+#   than the GPU spends on them: at batch 1, back-to-back calls from Python wait on the launches, not on
+#   memory. The course's reference kernel is being reworked, and the threshold stays where the bytes put it.
 
 # %% [markdown]
 # ## Graded on a GPU: speed
