@@ -12,7 +12,7 @@ import json
 import sys
 import time
 
-import hpcdl  # noqa: F401 (first: it decides whether Triton runs on the GPU)
+import hpcdl  # first: it decides whether Triton runs on the GPU
 import torch
 
 from hpcdl.speed import batch_seconds
