@@ -6,7 +6,8 @@ early). The clock measures a batch of calls and stops only when an element of ev
 those elements and two whole outputs picked after the timing are checked against the reference. What the
 same batch costs without the learner's work (the pipes, the sandbox, drawing the inputs, picking the
 elements) is measured on a twin worker (same command and sandbox, no learner code, a function that only
-hands back its first input) while the learner's processes are stopped, and taken off. The yardsticks
+hands back its first input) while the learner's processes are stopped, right after each of the learner's
+batches, and taken off. The yardsticks
 (hpcdl.speed) are measured while the worker's processes are stopped and the card, by its copy speed, runs
 nothing of theirs.
 """
@@ -42,20 +43,28 @@ def seconds_per_call(worker, target: dict, make_args, reference, name: str) -> t
     """(seconds per call of the worker's function `target`, how it was measured).
 
     A warm-up batch (it compiles and tunes), a batch of BATCH_CALLS that sizes the counted ones (hpcdl.speed's
-    calls_per_batch), then the least of BATCH_REPEATS batches, less the least of as many batches of as many
-    calls on the twin worker (see twin_worker), measured alone on the card. The least, as for the peers
-    (hpcdl.speed.local_seconds): noise only ever adds time, and a batch cannot finish before its work (its
-    outputs are checked)."""
+    calls_per_batch), then BATCH_REPEATS pairs: a batch of the learner's, and right after it, alone on the card,
+    a batch of as many calls on the twin worker (see twin_worker): what the batch costs without the learner's
+    work. The median of the pairs' differences: a pair shares the card's state (its clocks, its memory), so a
+    change of state between pairs does not move the result, and one disturbed batch does not either. (On an
+    H100 the twin's batches of 04's bias_gelu, measured after all the learner's, drifted by a fifth from one
+    grading to the next, and the least of each side put the honest solution at 70% to 136% of copy speed.)"""
     timed = functools.partial(batch_elapsed, worker, target, make_args, reference, name)
     timed(BATCH_CALLS)
     elapsed, nbytes = timed(BATCH_CALLS)
     calls = calls_per_batch(elapsed / BATCH_CALLS, nbytes)
-    learner = min(timed(calls)[0] for _ in range(BATCH_REPEATS))
-    with alone_on_the_card(worker):
-        empty = empty_batch_seconds(worker, make_args, calls)
-    return max(learner - empty, 1e-9) / calls, (
-        f"checker's clock, fresh inputs per call, {calls} calls a batch, less the {empty * 1e3:.2f} ms that the "
-        f"same batch costs a worker without learner code that does no work with it")
+    empty = empty_batches(worker, make_args, calls)
+    differences, twins = [], []
+    try:
+        for _ in range(BATCH_REPEATS):
+            learner = timed(calls)[0]
+            twins.append(next(empty))
+            differences.append(learner - twins[-1])
+    finally:
+        empty.close()
+    return max(statistics.median(differences), 1e-9) / calls, (
+        f"checker's clock, fresh inputs per call, {calls} calls a batch, less the {statistics.median(twins) * 1e3:.2f} "
+        f"ms that the same batch costs a worker without learner code that does no work with it")
 
 
 def twin_worker(worker):
@@ -65,27 +74,41 @@ def twin_worker(worker):
 
     key = (tuple(worker.command), repr(sorted((worker.env or {}).items())))
     if key not in _twins:
-        twin = WorkerProcess(worker.command, env=worker.env, preexec_fn=worker.preexec_fn, timeout=300)
+        # on_start: a twin started again (after a failure) has its functions too
+        twin = WorkerProcess(worker.command, env=worker.env, preexec_fn=worker.preexec_fn, timeout=300,
+                             on_start=_install_no_work_cell)
         atexit.register(twin.stop)
-        twin.request({"op": "run_cells", "cells": [{"id": "twin", "source": NO_WORK_CELL, "answer": False}]},
-                     what="the twin worker")
+        twin.start()
         _twins[key] = twin
     return _twins[key]
 
 
-def empty_batch_seconds(worker, make_args, calls: int) -> float:
-    """The least seconds of BATCH_REPEATS timed batches of `calls` calls (after a warm-up batch) of a function
-    that does no work, on fresh inputs from make_args, on `worker`'s twin: what a batch costs beyond its
-    calls' own work. Part of it grows with the calls (drawing the inputs, picking the elements), so it is
-    measured at the learner's batch size. The learner's code cannot make it larger."""
+def _install_no_work_cell(twin) -> None:
+    twin.request({"op": "run_cells", "cells": [{"id": "twin", "source": NO_WORK_CELL, "answer": False}]},
+                 what="the twin worker")
+
+
+def empty_batches(worker, make_args, calls: int):
+    """A generator of the seconds of timed batches of `calls` calls (after a warm-up batch) of a function that
+    does no work, on fresh inputs from make_args, on `worker`'s twin, each measured alone on the card: what a
+    batch costs beyond its calls' own work. Part of it grows with the calls (drawing the inputs, picking the
+    elements), so it is measured at the learner's batch size. The learner's code cannot make it larger. Close
+    it when done: the twin then drops its last batch and gives the memory back, for the learner's next cells."""
     twin = twin_worker(worker)
     timed = functools.partial(batch_elapsed, twin, {"name": "first_input"}, make_args, None, "the twin worker")
     try:
-        timed(calls)
-        return min(timed(calls)[0] for _ in range(BATCH_REPEATS))
-    finally:  # the twin drops its last batch and gives the memory back, for the learner's next cells
-        twin.request({"op": "wake", "wake_s": 0}, what="the twin worker")
-        twin.request({"op": "call", "name": "release"}, what="the twin worker")
+        with alone_on_the_card(worker):
+            timed(calls)
+        while True:
+            with alone_on_the_card(worker):
+                seconds = timed(calls)[0]
+            yield seconds
+    finally:
+        try:
+            twin.request({"op": "wake", "wake_s": 0}, what="the twin worker")
+            twin.request({"op": "call", "name": "release"}, what="the twin worker")
+        except Exception:  # the twin's own trouble must not hide why the measurement stopped; it starts again
+            twin.stop()
 
 
 def batch_elapsed(worker, target, make_args, reference, name, calls) -> tuple:

@@ -71,14 +71,25 @@ def inputs(shape=(37, 53)):
 
 def test_the_empty_batch_is_timed_on_one_twin_worker_without_learner_code(worker):
     clock._twins.clear()
-    first = clock.empty_batch_seconds(worker, inputs, 3)
-    assert 0 < first < 10 and len(clock._twins) == 1
+    empty = clock.empty_batches(worker, inputs, 3)
+    first, second = next(empty), next(empty)
+    empty.close()
+    assert 0 < first < 10 and 0 < second < 10 and len(clock._twins) == 1
     twin = clock.twin_worker(worker)
     assert twin is not worker
     with pytest.raises(KeyError, match="add"):  # the learner's cells never ran there
         twin.request({"op": "call", "name": "add", "args": list(inputs())}, what="add on the twin")
-    clock.empty_batch_seconds(worker, inputs, 3)
+    next(clock.empty_batches(worker, inputs, 3))
     assert len(clock._twins) == 1  # started once
+
+
+def test_a_twin_that_died_starts_again_with_its_functions(worker):
+    twin = clock.twin_worker(worker)
+    twin.kill()
+    assert not twin.alive()
+    empty = clock.empty_batches(worker, inputs, 3)
+    assert 0 < next(empty) < 10 and twin.alive()
+    empty.close()
 
 
 def test_an_honest_function_is_timed_and_its_elements_check_out(worker):
