@@ -1,4 +1,4 @@
-"""Turn the committed results (results/<benchmark>/<file>.json, the newest of each: GPU runs, and the
+"""Turn the committed results (results/<benchmark>/<file>.json, the newest run of each: GPU runs, and the
 CPU runs of the MPI ring and of DDP's step times) into the README's results tables:
 
     PYTHONPATH=autograder python -m benchmarks.report
@@ -11,7 +11,8 @@ REPO = RESULTS.parents[2]
 
 
 def latest(benchmark: str) -> pathlib.Path | None:
-    found = sorted((RESULTS / benchmark).glob("*.json"))
+    """The file of the newest run (by the date it records, then by name: h100-... sorts before h200-...)."""
+    found = sorted((RESULTS / benchmark).glob("*.json"), key=lambda p: (json.loads(p.read_text()).get("date", ""), p.name))
     return found[-1] if found else None
 
 
