@@ -3,10 +3,11 @@
     PYTHONPATH=autograder python3 -m benchmarks.gemv_cpu_bound OUT.json
 
 At batch 1 a GEMV moves one weight matrix; at 8192 x 8192 (the graded shape until 2026-12-05) the int4 weight
-(33 MiB) takes tens of microseconds to read, about as long as Python takes to check the inputs and launch an
-autotuned Triton kernel; this is why the graded shape became 28672 x 8192. This times the solution's int4_gemv on one set of inputs with do_bench (GPU time), the CPU time of
-n back-to-back calls without waiting and their wall time after a synchronize (n = 1, 10, 100, 1000), and
-batches of calls on fresh inputs each (hpcdl.speed.batch_seconds, as the peers of a speed cell are timed).
+(33 MiB) takes tens of microseconds to read, about as long as Python takes to check the inputs and launch an autotuned
+Triton kernel; this is why the graded shape became 28672 x 8192. This times the solution's int4_gemv on one set of
+inputs with do_bench (GPU time), the CPU time of n back-to-back calls without waiting and their wall time after a
+synchronize (n = 1, 10, 100, 1000), and batches of calls on fresh inputs each (hpcdl.speed.batch_seconds, as the
+peers of a speed cell are timed).
 """
 import json
 import sys

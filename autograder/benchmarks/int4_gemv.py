@@ -2,15 +2,15 @@
 
     PYTHONPATH=autograder python3 -m benchmarks.int4_gemv OUT.json   (repository root, CUDA GPU; about 2 minutes)
 
-Measures, in one process: the copy ceiling (2 GiB device-to-device); at 28672 x 8192 (the graded shape), group 128, for batch 1, 4
-and 16, 5 runs each on new random data, of the reference `int4_gemv` (autotuned before timing), cuBLAS's float16
-GEMV of the dequantized weight (`torch.matmul(x, W.T)`, W made before timing: the graded baseline), torch.compile
-of dequantization plus matmul (what a compiler makes of the same int4 weights) and the wrong answer
-`dequantizes_whole_matrix`, which the speed cell must reject; once each, batch 1 at the issue's other shapes
-(8192 x 8192, 8192 x 28672). Every time is a triton.testing.do_bench median (L2 cleared before each call).
+Measures, in one process: the copy ceiling (2 GiB device-to-device); at 28672 x 8192 (the graded shape), group 128,
+for batch 1, 4 and 16, 5 runs each on new random data, of the reference `int4_gemv` (autotuned before timing),
+cuBLAS's float16 GEMV of the dequantized weight (`torch.matmul(x, W.T)`, W made before timing: the graded
+baseline), torch.compile of dequantization plus matmul (what a compiler makes of the same int4 weights) and the
+wrong answer `dequantizes_whole_matrix`, which the speed cell must reject; once each, batch 1 at the issue's other
+shapes (8192 x 8192, 8192 x 28672). Every time is a triton.testing.do_bench median (L2 cleared before each call).
 GB/s count the bytes of the weights each one must read (int4: K / 2 per row plus 2-byte scales; cuBLAS: 2 K per
-row), beside the copy bandwidth (bytes read + written) of the card; `bound_vs_cublas` is cuBLAS's weight bytes
-over the int4 ones, the speedup that reading fewer bytes allows.
+row), beside the copy bandwidth (bytes read + written) of the card; `bound_vs_cublas` is cuBLAS's weight bytes over
+the int4 ones, the speedup that reading fewer bytes allows.
 """
 import json
 import statistics

@@ -12,7 +12,8 @@ REPO = RESULTS.parents[2]
 
 def latest(benchmark: str) -> pathlib.Path | None:
     """The file of the newest run (by the date it records, then by name: h100-... sorts before h200-...)."""
-    found = sorted((RESULTS / benchmark).glob("*.json"), key=lambda p: (json.loads(p.read_text()).get("date", ""), p.name))
+    found = sorted((RESULTS / benchmark).glob("*.json"),
+                   key=lambda p: (json.loads(p.read_text()).get("date", ""), p.name))
     return found[-1] if found else None
 
 
@@ -174,7 +175,7 @@ RECORD = {"vector_add": GPU_RECORD, "softmax": GPU_RECORD, "fused_mlp": GPU_RECO
 
 
 def tables() -> str:
-    return "\n\n".join(make(latest(name)) for name, make in TABLES.items() if latest(name))
+    return "\n\n".join(make(path) for name, make in TABLES.items() if (path := latest(name)))
 
 
 if __name__ == "__main__":

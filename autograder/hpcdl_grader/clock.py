@@ -7,9 +7,8 @@ those elements and two whole outputs picked after the timing are checked against
 same batch costs without the learner's work (the pipes, the sandbox, drawing the inputs, picking the
 elements) is measured on a twin worker (same command and sandbox, no learner code, a function that only
 hands back its first input) while the learner's processes are stopped, right after each of the learner's
-batches, and taken off. The yardsticks
-(hpcdl.speed) are measured while the worker's processes are stopped and the card, by its copy speed, runs
-nothing of theirs.
+batches, and taken off. The yardsticks (hpcdl.speed) are measured while the worker's processes are stopped
+and the card, by its copy speed, runs nothing of theirs.
 """
 import atexit
 import contextlib
@@ -98,11 +97,12 @@ def empty_batches(worker, make_args, calls: int):
     timed = functools.partial(batch_elapsed, twin, {"name": "first_input"}, make_args, None, "the twin worker")
     try:
         with alone_on_the_card(worker):
-            timed(calls)
+            timed(calls)  # the warm-up, in the first batch's pause: each pause waits for an idle card
+            seconds = timed(calls)[0]
         while True:
+            yield seconds
             with alone_on_the_card(worker):
                 seconds = timed(calls)[0]
-            yield seconds
     finally:
         try:
             twin.request({"op": "wake", "wake_s": 0}, what="the twin worker")

@@ -345,7 +345,8 @@ for params in (7e9, 70e9):
 # **Graded** (5 points): values against `x @ W.T` (computed in float64, rounded to float16) for group sizes
 # 32, 64 and 128 on odd N and odd batch sizes, and the errors (2); hidden tests (1); and, on a CUDA GPU
 # only, speed at batch 1 and 28672 × 8192 (N × K), group 128: at least 1.5 times as fast as cuBLAS's
-# float16 GEMV of the dequantized weight (2). A self-check (not graded) proves that the result comes from your kernel.
+# float16 GEMV of a dequantized weight of that shape (2). A self-check (not graded) proves that the result
+# comes from your kernel.
 
 # %% [answer int4_gemv]
 # Set GEMV_CONFIGS: a few triton.Config on a GPU, exactly one on a CPU.
@@ -753,9 +754,10 @@ hpcdl.plots.plot_roofline(ceilings.roof("fp16"), ceilings.bandwidth, points,
 # ## Graded on a GPU: speed
 #
 # At batch 1, 28672 × 8192 (N × K), group 128, your `int4_gemv` must run at least 1.5 times as fast as
-# cuBLAS's float16 GEMV of the same weight dequantized (`x @ W.T`, with `W` made outside the clock; its
-# 448 MiB are far past the card's L2, so every call reads them from memory). The check times it on fresh random inputs, compares its result with the reference on the timed
-# inputs, and measures the baseline in the same run. Without a CUDA GPU this cell fails with a message
+# cuBLAS's float16 GEMV of a weight of that shape (`x @ W.T`, with `W` dequantized from the first inputs,
+# outside the clock; its 448 MiB are far past the card's L2, so every call reads them from memory). The
+# check times it on fresh random inputs, compares its result with the reference on the timed inputs, and
+# measures the baseline in the same run. Without a CUDA GPU this cell fails with a message
 # saying so and scores 0: no speed point is ever given without a GPU measurement.
 
 # %% [locked speed_helpers]
