@@ -7,7 +7,7 @@
 # (a folder, for a machine without internet), installed into a throw-away folder; bubblewrap from
 # WHEELS/debs/*.deb where the machine has no `bwrap`. NB selects the notebooks whose grading the test
 # suite runs (one per call fits a call of ten minutes; passed as pytest's --nb); BENCH names the
-# benchmarks to run (default none). PYTEST_ARGS go to pytest: test files, -k, and the suite's options
+# benchmarks to run (default none), each NAME or NAME:ARG (ARG: its first argument after OUT.json). PYTEST_ARGS go to pytest: test files, -k, and the suite's options
 # (autograder/tests/conftest.py): --grade-only=NAMES (answer fixtures), --grade-fixtures-only, --cheats=NAMES.
 set -uo pipefail
 out=${1:?usage: gpu_run.sh OUT_DIR [PYTEST_ARGS...]}; shift
@@ -30,8 +30,9 @@ if [ $? = 2 ]; then  # no working bubblewrap here: grade without it, and say so 
   export HPCDL_SANDBOX=none
 fi
 cat "$out/sandbox.log"
-for bench in ${BENCH:-}; do
-  python3 -m "benchmarks.$bench" "$out/$bench.json" 2>&1 | tee "$out/bench-$bench.log"
+for bench in ${BENCH:-}; do  # NAME, or NAME:ARG (speed_cells:09_zero_copy_loading: another notebook than NB's)
+  name=${bench%%:*} arg=${bench#"$name"}; arg=${arg#:}; file=${bench/:/-}
+  python3 -m "benchmarks.$name" "$out/$file.json" $arg 2>&1 | tee "$out/bench-$file.log"
 done
 # One process at a time on the card: no pytest-xdist here, so no two gradings share the GPU.
 work=$(mktemp -d)/work  # the graded notebooks, read below
