@@ -13,7 +13,7 @@ import re
 from nbgrader.preprocessors import ClearSolutions
 from traitlets import Unicode
 
-# Compiles as the body of any function, whatever it returns; torch/extension.h brings <stdexcept>,
+# Compiles as the body of any function, whatever it returns; hpcdl.build's headers bring <stdexcept>,
 # a plain C++ file needs `#include <stdexcept>`. Learners see "not implemented" when it runs.
 CPP_STUB = '// YOUR CODE HERE\nthrow std::runtime_error("not implemented");'
 

@@ -22,6 +22,7 @@ import io
 import json
 import os
 import runpy
+import select
 import signal
 import socket
 import struct
@@ -29,20 +30,26 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 
 # What `python -m hpcdl_course.nbgrader_steps` imports, heaviest first (python -X importtime): nbgrader's
 # applications (with nbconvert, nbformat, jsonschema, SQLAlchemy), then what autograde and feedback import as
-# they go, and the third-party modules hpcdl_course imports. Neither torch nor anything that starts a thread.
+# they go, and the third-party modules hpcdl_course imports. Last, torch, for the checker that autograde forks
+# (run_forked): importing torch touches no GPU (hpcdl, which does, is imported in the checker, after the fork)
+# and starts no thread but OpenBLAS's, which it stops and restarts around a fork itself.
 PRELOAD = ["nbgrader.apps", "nbgrader.converters", "nbgrader.preprocessors", "jupyter_core.application",
            "sqlalchemy.dialects.sqlite", "nbconvert.preprocessors.sanitize", "IPython.lib.lexers",
-           "pygments.styles.default", "jinja2.ext", "jupytext", "tqdm"]
+           "pygments.styles.default", "jinja2.ext", "jupytext", "tqdm", "torch"]
 
 # Read when imported, by PRELOAD's modules (tests/test_forkserver.py finds them), or by the interpreter when
 # it starts (PYTHON..., TZ). PATH is not: only jupytext's look for pandoc reads it then.
 READ_AT_IMPORT = ("HOME", "USER", "LANG", "LANGUAGE", "TERM", "TZ", "ANDROID_DATA", "IN_SPHINX_RUN", "PY_SAX_PARSER",
                   "RAPIDFUZZ_IMPLEMENTATION")
+# torch's shared libraries read some when loaded, out of the audit's sight (OpenMP, OpenBLAS, MKL).
 READ_AT_IMPORT_PREFIXES = ("PYTHON", "_PYTHON", "LC_", "XDG_", "JUPYTER", "JUPYTEXT", "IPYTHON", "TRAITLETS",
-                           "TORNADO", "PYZMQ", "PROMETHEUS", "prometheus", "TQDM_", "DISTUTILS", "SETUPTOOLS")
+                           "TORNADO", "PYZMQ", "PROMETHEUS", "prometheus", "TQDM_", "DISTUTILS", "SETUPTOOLS",
+                           "TORCH", "PYTORCH", "COMPILE_STROBELIGHT", "FX_", "KINETO_", "NUMPY_", "NPY_", "OMP_",
+                           "GOMP_", "KMP_", "MKL_", "OPENBLAS_")
 
 _STATUS = struct.Struct("q")  # a run's pid, then its exit status, as the server sends them
 _servers = {}  # (working folder, variables read at import) -> (the server's process, the socket to it)
@@ -169,6 +176,72 @@ def _stop_servers() -> None:
             except subprocess.TimeoutExpired:
                 server.kill()
         _servers.clear()
+
+
+def run_forked(module: str, args, cwd, log, timeout: float) -> int | None:
+    """`python -m MODULE ARGS` in `cwd`, as a fork of this process (Linux): what this process has imported, the
+    child need not import again. Its stdout and stderr go to the file `log`, stdin is /dev/null; it stays in this
+    process group (a caller ending the group ends it). Returns its exit status as subprocess gives it, or None
+    when it was killed at `timeout` seconds."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            for fd, number in ((devnull, 0), (out, 1), (out, 2)):
+                os.dup2(fd, number)
+            sys.stdin = open(0, closefd=False)  # the caller's may be other objects than its descriptors' (pytest's)
+            sys.stdout = open(1, "w", closefd=False)
+            sys.stderr = open(2, "w", closefd=False, buffering=1, errors="backslashreplace")
+            os.chdir(cwd)
+            # What a fresh interpreter starts with: Python's signal handlers, no exit functions of the caller's.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            atexit._clear()
+            sys.argv = [module, *map(str, args)]
+            try:
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                if not isinstance(e.code, (int, type(None))):
+                    print(e.code, file=sys.stderr)
+            atexit._run_exitfuncs()
+        except BaseException:  # noqa: BLE001 (the child never returns into the caller's code)
+            traceback.print_exc()
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:  # noqa: BLE001
+                    pass
+            os._exit(code)
+    os.close(out)
+    if not _ends_within(pid, timeout):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return None
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def _ends_within(pid: int, timeout: float) -> bool:
+    """Whether the child `pid` ends within `timeout` seconds (left to be reaped)."""
+    try:
+        ended = os.pidfd_open(pid)
+    except OSError:  # a kernel older than 5.3
+        deadline = time.monotonic() + timeout
+        while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+    try:
+        return bool(select.select([ended], [], [], timeout)[0])
+    finally:
+        os.close(ended)
 
 
 # --- The server's side -------------------------------------------------------------------------------------

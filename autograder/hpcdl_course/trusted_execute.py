@@ -22,7 +22,7 @@ import nbformat
 from nbconvert.preprocessors import Preprocessor
 from traitlets import Bool, Float
 
-from . import cells as roles, flags, paths
+from . import cells as roles, flags, forkserver, paths
 
 
 def code_cells(folder, assignment: str, notebook: str) -> list:
@@ -67,21 +67,36 @@ class TrustedExecute(Preprocessor):
             spec, out = os.path.join(tmp, "spec.json"), os.path.join(tmp, "verdicts.json")
             with open(spec, "w") as f:
                 json.dump({"cells": cells, **names}, f)
-            try:
-                proc = subprocess.run([sys.executable, "-m", "hpcdl_course.checker", spec, out],
-                                      capture_output=True, text=True, timeout=self.timeout, cwd=tmp,
-                                      stdin=subprocess.DEVNULL)
-            except subprocess.TimeoutExpired:
+            code, output = run_checker(spec, out, tmp, self.timeout)
+            if code is None:
                 return {"error": f"grading took longer than {self.timeout:g} s and was stopped",
                         "flags": [f"grading timed out after {self.timeout:g} s"]}
-            if proc.returncode != 0 or not os.path.exists(out):
-                tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+            if code != 0 or not os.path.exists(out):
+                tail = "\n".join(output.strip().splitlines()[-5:])
                 self.log.error("the checker failed: %s", tail)
                 return {"error": f"the grader's checker failed ({tail[-300:]})",
                         "flags": [f"the checker failed: {tail[-300:]}"]}
             with open(out) as f:
                 return json.load(f)
 
+
+
+def run_checker(spec: str, out: str, cwd: str, timeout: float) -> tuple:
+    """(exit status or None if stopped at `timeout`, its output) of `python -m hpcdl_course.checker SPEC OUT`.
+    Where nbgrader runs forked from its server (forkserver.py), the checker is a fork of this process, which has
+    torch imported already: a fresh interpreter would spend a second and a half of a core importing it again.
+    Not where hpcdl is imported: it may have started CUDA, which a forked child cannot use."""
+    if forkserver.usable() and "hpcdl" not in sys.modules:
+        log = os.path.join(cwd, "checker.log")
+        code = forkserver.run_forked("hpcdl_course.checker", [spec, out], cwd, log, timeout)
+        with open(log, errors="replace") as f:
+            return code, f.read()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "hpcdl_course.checker", spec, out], capture_output=True,
+                              text=True, timeout=timeout, cwd=cwd, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return None, ""
+    return proc.returncode, proc.stderr or proc.stdout
 
 
 def cells_for_checker(nb, released: set) -> tuple:

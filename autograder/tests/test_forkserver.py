@@ -87,9 +87,10 @@ def test_nothing_of_one_forked_run_reaches_the_next(forked, tmp_path):
         assert got["preloaded"]
         assert got["course_root"] == str((tmp_path / name).resolve())
         assert "PROBE_LEAK" not in got["env"] and got["left by an earlier run"] is None
-        # The server imported none of the course's modules (they read the environment when imported), nor torch,
-        # and started no thread.
-        assert got["course_modules"] == ["hpcdl_course"]
+        # The server imported none of the course's modules (they read the environment when imported), and torch
+        # (for the checker, forked from a run) without a thread left running in it.
+        assert [m for m in got["course_modules"] if m.startswith("hpcdl")] == ["hpcdl_course"]
+        assert "torch" in got["course_modules"]
         assert got["server_threads"] == 1
     assert runs[0]["pid"] != runs[1]["pid"] and runs[0]["server"] == runs[1]["server"]
 
@@ -189,3 +190,23 @@ def test_ctrl_c_in_the_caller_leaves_nothing_running(tmp_path, fresh):
         assert pids_holding(token) == []
     finally:
         proc.kill()
+
+
+def test_run_forked_runs_a_module_as_python_m_would_and_stops_it_at_its_timeout(tmp_path):
+    """The checker's way of starting (trusted_execute.run_checker): a fork of the caller, in its process group."""
+    log = tmp_path / "probe.log"
+    code = forkserver.run_forked("fork_probe", ["report", 5], tmp_path, log, timeout=60)
+    output = log.read_text()  # stdout and stderr, one file
+    got, _ = json.JSONDecoder().raw_decode(output[output.index("{"):])
+    assert code == 5 and "to stderr\n" in output
+    assert got["argv"] == [str(HERE / "fork_probe.py"), "report", "5"] and got["cwd"] == str(tmp_path)
+    assert got["stdin"] == "" and got["pgid"] == os.getpgid(0) != got["pid"]
+    assert "torch" in got["course_modules"], "what the caller imported, the run need not import again"
+
+    pids = tmp_path / "pids"
+    started = time.monotonic()
+    assert forkserver.run_forked("fork_probe", ["hang", pids], tmp_path, log, timeout=10) is None
+    assert time.monotonic() - started < 40
+    hung, sleeper = hung_pids(pids)
+    assert gone([hung])
+    os.kill(sleeper, signal.SIGKILL)  # its own children are the caller's to end (its process group), as before

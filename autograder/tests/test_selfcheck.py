@@ -4,12 +4,16 @@ cells in the checker, answers in the sandboxed worker). Every right and wrong fi
 one-kernel way, hidden tests included (the source notebook with the fixture's answers), and compared
 cell by cell with its graded verdicts from test_grading.py's run.
 
-`make test` runs a cover of each notebook's fixtures in one kernel, not all of them: the solution (every cell
-passes both ways) and the fewest wrong answers that between them fail every graded cell (every cell fails
-both ways), chosen in `cover()`. `make check-notebook` (`--selfcheck-all`) runs every fixture.
+`make test` runs a cover of each notebook's fixtures in one kernel, not all of them: the fewest wrong answers
+that between them fail every graded cell (every cell fails both ways), chosen in `cover()`, and the solution
+(every cell passes both ways) only where no browser can run it: test_browser.py runs it in one kernel too, in
+JupyterLab (its visible tests; grading runs the hidden ones). `make check-notebook` (`--selfcheck-all`) runs
+every fixture and the solution.
 """
 import nbclient
 import pytest
+
+import capabilities
 
 from hpcdl_course import answers, paths
 import selection
@@ -36,8 +40,9 @@ def cover(assignment) -> list:
 def _cases():
     def run(a):
         return fixtures(a) if selection.SELFCHECK_ALL else cover(a)
+    solution = ["solution"] if selection.SELFCHECK_ALL or capabilities.missing_browser() else []
     return [pytest.param(a, name, marks=pytest.mark.xdist_group(a), id=f"{a}-{name}")
-            for a in ASSIGNMENTS for name in ["solution"] + [f.name for f in run(a)]]
+            for a in ASSIGNMENTS for name in solution + [f.name for f in run(a)]]
 
 
 def _failed_in_one_kernel(assignment, name) -> dict:
