@@ -7,8 +7,9 @@
 # (a folder, for a machine without internet), installed into a throw-away folder; bubblewrap from
 # WHEELS/debs/*.deb where the machine has no `bwrap`. NB selects the notebooks whose grading the test
 # suite runs (one per call fits a call of ten minutes; passed as pytest's --nb); BENCH names the
-# benchmarks to run (default none), each NAME or NAME:ARG (ARG: its first argument after OUT.json). PYTEST_ARGS go to pytest: test files, -k, and the suite's options
-# (autograder/tests/conftest.py): --grade-only=NAMES (answer fixtures), --grade-fixtures-only, --cheats=NAMES.
+# benchmarks to run (default none), each NAME or NAME:ARG (ARG: its first argument after OUT.json).
+# PYTEST_ARGS go to pytest: test files, -k, and the suite's options (autograder/tests/conftest.py):
+# --grade-only=NAMES (answer fixtures), --grade-fixtures-only, --cheats=NAMES.
 set -uo pipefail
 out=${1:?usage: gpu_run.sh OUT_DIR [PYTEST_ARGS...]}; shift
 mkdir -p "$out"

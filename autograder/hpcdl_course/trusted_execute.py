@@ -81,6 +81,9 @@ class TrustedExecute(Preprocessor):
 
 
 
+CHECKER = "hpcdl_course.checker"
+
+
 def run_checker(spec: str, out: str, cwd: str, timeout: float) -> tuple:
     """(exit status or None if stopped at `timeout`, its output) of `python -m hpcdl_course.checker SPEC OUT`.
     Where nbgrader runs forked from its server (forkserver.py), the checker is a fork of this process, which has
@@ -88,11 +91,11 @@ def run_checker(spec: str, out: str, cwd: str, timeout: float) -> tuple:
     Not where hpcdl is imported: it may have started CUDA, which a forked child cannot use."""
     if forkserver.usable() and "hpcdl" not in sys.modules:
         log = os.path.join(cwd, "checker.log")
-        code = forkserver.run_forked("hpcdl_course.checker", [spec, out], cwd, log, timeout)
+        code = forkserver.run_forked(CHECKER, [spec, out], cwd, log, timeout)
         with open(log, errors="replace") as f:
             return code, f.read()
     try:
-        proc = subprocess.run([sys.executable, "-m", "hpcdl_course.checker", spec, out], capture_output=True,
+        proc = subprocess.run([sys.executable, "-m", CHECKER, spec, out], capture_output=True,
                               text=True, timeout=timeout, cwd=cwd, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return None, ""

@@ -192,8 +192,14 @@ def test_ctrl_c_in_the_caller_leaves_nothing_running(tmp_path, fresh):
         proc.kill()
 
 
-def test_run_forked_runs_a_module_as_python_m_would_and_stops_it_at_its_timeout(tmp_path):
-    """The checker's way of starting (trusted_execute.run_checker): a fork of the caller, in its process group."""
+@pytest.mark.parametrize("waiting", ["pidfd", "polling"])
+def test_run_forked_runs_a_module_as_python_m_would_and_stops_it_at_its_timeout(tmp_path, monkeypatch, waiting):
+    """The checker's way of starting (trusted_execute.run_checker): a fork of the caller, in its process group.
+    It waits on a pidfd, or polls where the kernel has none (before Linux 5.3: RHEL 8 clusters)."""
+    if waiting == "polling":
+        def no_pidfd(pid):
+            raise OSError("pidfd_open: not on this kernel")
+        monkeypatch.setattr(os, "pidfd_open", no_pidfd)
     log = tmp_path / "probe.log"
     code = forkserver.run_forked("fork_probe", ["report", 5], tmp_path, log, timeout=60)
     output = log.read_text()  # stdout and stderr, one file

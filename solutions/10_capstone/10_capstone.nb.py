@@ -761,12 +761,13 @@ fig.axes[0].set(xscale="linear", yscale="linear", xlabel="step", ylabel="cross-e
 # 128, your `int4_gemv` must run at least as fast as the float16 layer with cuBLAS (`F.linear` on the
 # dequantized float16 weight). A smaller layer would time Python and the launches, not the card: a call
 # costs tens of microseconds of CPU (notebook 05 measured it), and a 4096 x 4096 INT4 layer is 8 MiB, a
-# couple of microseconds of this card's memory bandwidth. The check
-# times both on fresh random inputs and compares your result with the reference. Without a CUDA GPU this
-# cell fails with a message saying so and scores 0.
+# couple of microseconds of this card's memory bandwidth. The check times both on fresh random inputs and
+# compares your result with the reference. Without a CUDA GPU this cell fails with a message saying so and
+# scores 0.
 
 # %% [locked speed_helpers]
 SPEED_N, SPEED_K = 28672, 8192
+speed_decode_state = {}  # "weight": the baseline's float16 weight, made from the first set
 
 
 def speed_decode_inputs():
@@ -783,9 +784,6 @@ def speed_decode_inputs():
         speed_decode_state["weight"] = unpacked(packed).to(torch.float16) * scales[:, columns]
     packed.dequantized = speed_decode_state["weight"]
     return x, packed, scales, 128
-
-
-speed_decode_state = {}
 
 
 def cublas_fp16_decode(x, packed, scales, group_size):
