@@ -225,7 +225,7 @@ def mpi(program, nprocs: int, *, args=(), timeout: float = TIMEOUT, echo: bool =
     return [r.output for r in ranks]
 
 
-_MPI_CALL = processes.CALL_FILE + textwrap.dedent("""
+_MPI_CALL = processes.CALL_FILE + processes.SAVE_RESULT + textwrap.dedent("""
     import os, pickle, sys
     from mpi4py import MPI
     path, function, nprocs, args_file, out_dir = sys.argv[1:]
@@ -240,8 +240,7 @@ _MPI_CALL = processes.CALL_FILE + textwrap.dedent("""
     # What it raises is reported, then raised: mpi4py's runner aborts every rank.
     result = call_file(path, function, (rank, size, *args), {}, os.path.join(out_dir, f"rank{rank}.raised"))
     open(os.path.join(out_dir, f"rank{rank}.returned"), "w").close()
-    import torch
-    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+    save_result(result, os.path.join(out_dir, f"rank{rank}.pt"))
 """)
 
 
@@ -269,7 +268,7 @@ def mpi_call(path, function: str, nprocs: int, *, args=(), timeout: float = TIME
 
 # --- torch.distributed -------------------------------------------------------------------------
 
-_DISTRIBUTED_CALL = processes.CALL_FILE + textwrap.dedent("""
+_DISTRIBUTED_CALL = processes.CALL_FILE + processes.SAVE_RESULT + textwrap.dedent("""
     import os, pickle, sys, time
     import torch
     import torch.distributed as dist
@@ -298,9 +297,7 @@ _DISTRIBUTED_CALL = processes.CALL_FILE + textwrap.dedent("""
         args = pickle.load(f)
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     result = call_file(path, function, (rank, world_size, *args), {}, os.path.join(out_dir, f"rank{rank}.raised"))
-    saved = os.path.join(out_dir, f"rank{rank}.pt")
-    torch.save(result, saved + ".part")
-    os.replace(saved + ".part", saved)
+    save_result(result, os.path.join(out_dir, f"rank{rank}.pt"))
     open(os.path.join(out_dir, f"rank{rank}.returned"), "w").close()
     # The result is kept: leave without tearing the process group down. Gloo's threads could abort the
     # interpreter's exit ("terminate called without an active exception") after the result was written.

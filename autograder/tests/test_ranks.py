@@ -64,6 +64,25 @@ def fails(rank, size, kind):
         raise ShapeError("rank 1's own kind of error") if kind == "own" else ValueError("n must be positive")
     MPI.COMM_WORLD.recv(source=1)  # waits for rank 1, which never sends
 
+
+def imports(rank, size):
+    import sys
+    return {"torch": "torch" in sys.modules, "scalar": np.float32(rank), "nested": [{"x": np.arange(rank + 1)}]}
+
+
+def forges_its_result(rank, size, marker):
+    """Returns, then replaces its saved result with a pickle that would run a command when loaded."""
+    import atexit, os, pickle, sys
+
+    class Command:
+        def __reduce__(self):
+            return os.system, (f"touch {marker}",)
+
+    def forge():
+        with open(os.path.join(sys.argv[-1], f"rank{rank}.pt"), "wb") as f:
+            pickle.dump(Command(), f)
+    atexit.register(forge)
+    return rank
 '''
 
 RING_CPP = r'''
@@ -210,6 +229,22 @@ def test_mpi4py_ring_allreduce_right_and_wrong(tmp_path, ring_py, nprocs, capfd)
                                                           "for step in range(size - 2):  # reduce-scatter"))
     results = ranks.mpi_call(short, "run", nprocs, args=(N,), timeout=120)
     assert any(problems(results, expected_sum(N, nprocs)))
+
+
+@capabilities.mpi
+def test_mpi4py_ranks_send_arrays_without_importing_torch(ring_py):
+    results = ranks.mpi_call(ring_py, "imports", 2, timeout=120)
+    assert [r["torch"] for r in results] == [False, False]  # a rank that imports torch starts a second slower
+    assert results[1]["scalar"] == np.float32(1) and type(results[1]["scalar"]) is np.float32
+    assert np.array_equal(results[1]["nested"][0]["x"], np.arange(2))
+
+
+@capabilities.mpi
+def test_a_result_file_a_rank_forged_cannot_run_code_here(ring_py, tmp_path, no_leftovers):
+    marker = tmp_path / "ran"
+    with pytest.raises(Exception, match="posix.system, which is not a numpy array"):
+        ranks.mpi_call(ring_py, "forges_its_result", 2, args=(marker,), timeout=120)
+    assert not marker.exists()
 
 
 @pytest.fixture(scope="module")

@@ -241,7 +241,6 @@ def rank_input(seed, rank, n, dtype):
 '''
 
 RING_HARNESS_PY = RANK_INPUT_PY + '''
-import torch
 from mpi4py import MPI
 
 from ring_allreduce import ring_allreduce
@@ -316,7 +315,7 @@ def one_case(ring, rank, seed, n, dtype, tamper=False):
     report = {"bytes_sent": bytes_sent, "other_calls": other_calls, "type": type(got).__name__,
               "sendbuf_changed": not np.array_equal(sendbuf, kept)}
     if isinstance(got, np.ndarray) and got.dtype.kind in "iuf":
-        report["result"] = torch.from_numpy(np.array(got))
+        report["result"] = np.array(got)
     return report
 
 
@@ -375,7 +374,21 @@ def ring_allreduce_ranks(nprocs, sizes, cases, timeout=30):
     a dict: "result" (a tensor), "bytes_sent", "other_calls", "sendbuf_changed", "type"."""
     hpcdl.files.write(RING_FOLDER / "ring_allreduce.py", RING_ALLREDUCE_PY)
     hpcdl.files.write(RING_FOLDER / "ring_harness.py", RING_HARNESS_PY)
-    return hpcdl.ranks.mpi_call(RING_FOLDER / "ring_harness.py", "run", nprocs, args=(sizes, cases), timeout=timeout)
+    reports = hpcdl.ranks.mpi_call(RING_FOLDER / "ring_harness.py", "run", nprocs, args=(sizes, cases),
+                                   timeout=timeout)
+    return arrays_as_tensors(reports)
+
+
+def arrays_as_tensors(value):
+    """value with each numpy array in it (in lists and dicts) made a tensor. The ranks send arrays: they do
+    not import torch, which costs each one over a second to start."""
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value)
+    if isinstance(value, list):
+        return [arrays_as_tensors(v) for v in value]
+    if isinstance(value, dict):
+        return {k: arrays_as_tensors(v) for k, v in value.items()}
+    return value
 
 
 # %% [markdown]
