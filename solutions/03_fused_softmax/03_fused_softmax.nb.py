@@ -533,9 +533,9 @@ hpcdl.check.outputs(online_softmax, softmax_reference, matrix, [((3, 1000), torc
 hpcdl.check.outputs(online_softmax, softmax_reference, with_block(transposed),
                     [((5, 150), torch.float32)],
                     kernels=[online_softmax_kernel], name="online_softmax (a transpose)")
-hpcdl.check.outputs(online_softmax, softmax_reference, with_block(peaked),
+hpcdl.check.outputs(online_softmax, softmax_reference, with_block(peaked, 256),  # each block's share < 0.0005
                     [((2, 16385), torch.float16)],
-                    kernels=[online_softmax_kernel], name="online_softmax (a peak and a long tail)")
+                    kernels=[online_softmax_kernel], name="online_softmax (a peak and a long tail, block=256)")
 for block in (16, 128, 1024):  # 300 columns: no block divides them; 1024 is longer than the row
     hpcdl.check.outputs(online_softmax, softmax_reference, with_block(matrix, block),
                         [((4, 300), torch.float32)],
