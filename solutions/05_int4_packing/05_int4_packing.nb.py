@@ -276,46 +276,53 @@ for params in (7e9, 70e9):
 # bandwidth, and int4 weights make it up to 4 times shorter than fp16's, **if** the unpacking keeps up.
 #
 # It often does not. A GPU that streams int4 weights at its memory bandwidth must unpack two weights per
-# byte it reads, several instructions each: a shift, a mask, a conversion from integer to float, a subtraction,
-# a multiply by the scale. Integer-to-float conversions issue at a fraction of the rate of float
-# arithmetic (see the throughput table in the CUDA C++ Programming Guide's
-# [Arithmetic Instructions](https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#arithmetic-instructions)):
-# a kernel that converts each weight becomes bound by arithmetic long before the memory is busy.
+# byte it reads, several instructions each: move the nibble into place, give it its sign, make it a
+# float, multiply it by `x`. At 3 TB/s that is 6 * 10**12 weights a second: a few instructions per weight
+# already fill the arithmetic units of the whole card, so a kernel's instructions per weight, and how they
+# are arranged, decide its speed long before the memory is busy.
 #
-# **The exponent trick** replaces the conversion with a bit operation. A float16 with the bits
-# `0x6400 | u` (u from 0 to 15 in its lowest mantissa bits) is `1024 + u`: the exponent says 1024, where
-# one unit of the last place is exactly 1. The same holds in float32 with `0x4B000000 | u`, which is
-# `2**23 + u`. So `(u | 0x4B000000)` reinterpreted as float32 (`.to(tl.float32, bitcast=True)`, which
-# reads the same bits as another type, see
-# [`tl.cast`](https://triton-lang.org/main/python-api/generated/triton.language.cast.html)), minus
-# `2**23`, is `u` as a float, for the cost of an OR and a subtraction. The nibbles are two's complement;
-# flipping their top bit (`n ^ 8`) turns one into `u = q + 8`, from 0 to 15 (offset binary); so
+# **Unpacking one weight.** Nibble `j` of a 32-bit word `w` holds `q` in two's complement. Shift it to the
+# top of the word, then back down with an arithmetic shift, which copies the sign bit as it goes:
 #
 # ```
-# ((n ^ 8) | 0x4B000000) as float32  -  (2**23 + 8)  ==  q   exactly
+# (w << (28 - 4 * j)) >> 28  ==  q   (int32, from -8 to 7; Triton's >> of a signed integer is arithmetic)
 # ```
 #
-# Kernels that multiply in float16 (two products per instruction) use the float16 form; the reference
-# below sums in float32, where the float32 form spares it a float16-to-float32 conversion per weight.
+# then convert it to float32 (`.to(tl.float32)`). You will also meet the *exponent trick*, which replaces
+# the conversion with bit operations: a float32 with the bits `0x4B000000 | u` (u from 0 to 15) is
+# `2**23 + u`, so `((n ^ 8) | 0x4B000000)` read as float32
+# ([`tl.cast`](https://triton-lang.org/main/python-api/generated/triton.language.cast.html) with
+# `bitcast=True`) minus `2**23 + 8` is `q` exactly (`n ^ 8` turns the two's-complement nibble into
+# `q + 8`); float16 has the same trick with `0x6400`. On the H100 we measured both in the same kernel
+# (`benchmarks.gemv_sweep`, round 3): the shifts and the conversion took 88 µs at 1 × 28672 × 8192, the
+# exponent trick 92 µs. Conversions issue at a quarter of the rate of float arithmetic (the CUDA C++
+# Programming Guide's
+# [Arithmetic Instructions](https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#arithmetic-instructions)),
+# but one conversion is not what holds this kernel back: its arrangement is (below).
 #
 # **Where the scale goes.** A group's weights share one scale, so multiply the sum of `x * q` over the
 # group's weights by the scale once, not each weight. A scale covers `group_size` weights, a multiple of 8:
-# so every 8 consecutive weights of a row (one 32-bit word of the packed row) share one scale.
+# so every 8 consecutive weights of a row (one 32-bit word of the packed row) share one scale. Make the
+# group size a `tl.constexpr`: `word * 8 // GROUP` then compiles to a shift, and each group size gets a
+# kernel of its own (a run-time group size cost 8 to 12% on the H100).
 #
 # **Parallelism at batch 1.** One program per block of `BLOCK_N` rows, each walking all of K, launches
-# `N / BLOCK_N` programs: 512 for N = 8192 and 16 rows, a few per streaming multiprocessor on an H200,
-# enough to keep many loads in flight. With few rows and a long K you would also split K over programs
-# (split-K) and add their partial sums.
+# `N / BLOCK_N` programs: 3584 for N = 28672 and 8 rows, enough to keep many loads in flight on every
+# streaming multiprocessor. With few rows and a long K you would also split K over programs (split-K) and
+# add their partial sums.
+#
+# **Precision.** Sum in float32. A kernel that rounds `q * scale` to float16 before multiplying (as a
+# dequantized float16 weight does) is off by up to half a float16 step per weight; over 8192 weights that
+# breaks the float16 tolerance of the tests on a few outputs in a thousand (we tried: `benchmarks.gemv_sweep`).
 
 # %% [markdown]
 # ## Exercise 4: `int4_gemv`
 #
 # ```python
-# @triton.autotune(configs=GEMV_CONFIGS, key=["B", "N", "K", "group_size"])
+# @triton.autotune(configs=GEMV_CONFIGS, key=["N", "K", "GROUP"])
 # @triton.jit
-# def int4_gemv_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, B, N, K, group_size, stride_xb, stride_wn,
-#                      stride_sn, stride_ob, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
-#                      BLOCK_K: tl.constexpr)
+# def int4_gemv_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_wn, stride_sn,
+#                      stride_ob, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr)
 #
 # def int4_gemv(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, group_size: int) -> torch.Tensor
 # ```
@@ -331,14 +338,19 @@ for params in (7e9, 70e9):
 #
 # **How.** Pass the packed rows to the kernel as 32-bit words, `packed.view(torch.int32)` (no copy): word
 # `k // 8` of a row holds weights `k .. k + 7`, weight `k + j` in bits `4j .. 4j + 3` (the bytes of a word
-# are in memory order on every GPU and CPU you will meet: little-endian). Program `(p, b)` handles rows
-# `p * BLOCK_N ...` and batch rows `b * BLOCK_B ...`; per step of `BLOCK_K` weights it loads a
-# `[BLOCK_N, BLOCK_K // 8]` block of words and their scales, and for each `j` in
+# are in memory order on every GPU and CPU you will meet: little-endian). Launch a grid of
+# `(B, cdiv(N, BLOCK_N))`: program `(b, p)` computes batch row `b` for rows `p * BLOCK_N ...`; the batch
+# is the first axis, so the programs that read the same rows are launched one after another, and all but
+# the first can find them in L2. Per step of `BLOCK_K` weights a program loads a `[BLOCK_N, BLOCK_K // 8]` block of words and
+# their scales, and for each `j` in
 # [`tl.static_range(8)`](https://triton-lang.org/main/python-api/generated/triton.language.static_range.html)
-# unpacks nibble `j` of every word with the exponent trick and multiplies it by `x[:, word * 8 + j]`.
-# Keep one float32 sum per word column, `[BLOCK_B, BLOCK_N, BLOCK_K // 8]`, and add it up across the words
-# once, after the loop: a sum across the words at every step makes the lanes that hold them exchange values
-# at every step (on an H100 that alone made the kernel 1.4 times slower at 8192 × 8192).
+# unpacks nibble `j` of every word and multiplies it by `x[b, word * 8 + j]`. Keep one float32 sum per
+# word column, `[BLOCK_N, BLOCK_K // 8]`, and add it up across the words once, after the loop: a sum across
+# the words at every step makes the lanes that hold them exchange values at every step (on an H100 that
+# alone made the kernel 1.4 times slower at 8192 × 8192). The arrangement matters as much as the
+# instructions: the course's first reference kept a 3-D `[batch, rows, words]` sum and a run-time group
+# size, and took 134 µs at 1 × 28672 × 8192 where this arrangement, at the same block shape and with the
+# same instructions per weight, took 92.
 # `GEMV_CONFIGS` is a few configurations on a GPU and exactly one on a CPU (the interpreter cannot time
 # configurations).
 #
@@ -351,44 +363,40 @@ for params in (7e9, 70e9):
 # %% [answer int4_gemv]
 # Set GEMV_CONFIGS: a few triton.Config on a GPU, exactly one on a CPU.
 ### BEGIN SOLUTION
-if hpcdl.ON_GPU:  # autotune times these on the first call for each (B, N, K, group_size)
-    GEMV_CONFIGS = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
-                    for bn, bk, w, s in [(8, 1024, 2, 3), (16, 1024, 4, 3), (16, 512, 2, 3), (8, 256, 2, 3),
-                                         (16, 128, 4, 3)]]
+if hpcdl.ON_GPU:  # autotune times these on the first call for each (N, K, GROUP)
+    GEMV_CONFIGS = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=3)
+                    for bn, bk, w in [(8, 512, 1), (4, 1024, 1), (8, 1024, 2), (8, 2048, 4)]]
 else:
     GEMV_CONFIGS = [triton.Config({"BLOCK_N": 16, "BLOCK_K": 64})]
 ### END SOLUTION
 
 
-@triton.autotune(configs=GEMV_CONFIGS, key=["B", "N", "K", "group_size"])
+@triton.autotune(configs=GEMV_CONFIGS, key=["N", "K", "GROUP"])
 @triton.jit
-def int4_gemv_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, B, N, K, group_size, stride_xb, stride_wn,
-                     stride_sn, stride_ob, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """out[b, n] = sum_k x[b, k] * q[n, k] * scale[n, k // group_size] for a BLOCK_B x BLOCK_N tile."""
+def int4_gemv_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_wn, stride_sn, stride_ob,
+                     GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """out[b, n] = sum_k x[b, k] * q[n, k] * scale[n, k // GROUP] for batch row b = program_id(0) and
+    BLOCK_N rows n from program_id(1) * BLOCK_N."""
     ### BEGIN SOLUTION
     WORDS: tl.constexpr = BLOCK_K // 8
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    batch = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
+    b = tl.program_id(0)
+    rows = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
-    batch_ok = batch < B
-    acc = tl.zeros((BLOCK_B, BLOCK_N, WORDS), dtype=tl.float32)  # per word column; summed once, at the end
+    acc = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)  # one sum per word column; added up once, at the end
     for k0 in range(0, K, BLOCK_K):
         word = k0 // 8 + tl.arange(0, WORDS)
         word_ok = word < K // 8
         block_ok = row_ok[:, None] & word_ok[None, :]
         w = tl.load(words_ptr + rows[:, None] * stride_wn + word[None, :], mask=block_ok, other=0)
-        group = word * 8 // group_size  # the 8 weights of a word share one scale
+        group = word * 8 // GROUP  # the 8 weights of a word share one scale; GROUP a constexpr: a shift
         s = tl.load(scales_ptr + rows[:, None] * stride_sn + group[None, :], mask=block_ok, other=0.0)
-        partial = tl.zeros((BLOCK_B, BLOCK_N, WORDS), dtype=tl.float32)  # sum of x * q per word
+        partial = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)  # sum of x * q per word
         for j in tl.static_range(8):
-            xj = tl.load(x_ptr + batch[:, None] * stride_xb + (word * 8 + j)[None, :],
-                         mask=batch_ok[:, None] & word_ok[None, :], other=0.0).to(tl.float32)
-            bits = ((w >> (4 * j)) & 0xF) ^ 0x8 | 0x4B000000  # 2**23 + q + 8, as float32's bits
-            q = bits.to(tl.float32, bitcast=True) - 8388616.0  # minus 2**23 + 8: q, exactly
-            partial += xj[:, None, :] * q[None, :, :]
-        acc += partial * s.to(tl.float32)[None, :, :]
-    out_ptrs = out_ptr + batch[:, None] * stride_ob + rows[None, :]
-    tl.store(out_ptrs, tl.sum(acc, axis=2).to(tl.float16), mask=batch_ok[:, None] & row_ok[None, :])
+            xj = tl.load(x_ptr + b * stride_xb + word * 8 + j, mask=word_ok, other=0.0).to(tl.float32)
+            q = ((w << (28 - 4 * j)) >> 28).to(tl.float32)  # nibble j to the top, back down with its sign
+            partial += xj[None, :] * q
+        acc += partial * s.to(tl.float32)
+    tl.store(out_ptr + b * stride_ob + rows, tl.sum(acc, axis=1).to(tl.float16), mask=row_ok)
     ### END SOLUTION
 
 
@@ -408,10 +416,9 @@ def int4_gemv(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, group
     words = packed.contiguous().view(torch.int32)  # [N, K // 8]: 8 weights per word
     x, scales = x.contiguous(), scales.contiguous()
     out = torch.empty((B, N), dtype=torch.float16, device=x.device)
-    block_b = min(triton.next_power_of_2(B), 16)
-    grid = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]), triton.cdiv(B, block_b))  # noqa: E731
-    int4_gemv_kernel[grid](x, words, scales, out, B, N, K, group_size, x.stride(0), words.stride(0),
-                           scales.stride(0), out.stride(0), BLOCK_B=block_b)
+    grid = lambda meta: (B, triton.cdiv(N, meta["BLOCK_N"]))  # noqa: E731 (batch first: see above)
+    int4_gemv_kernel[grid](x, words, scales, out, N, K, x.stride(0), words.stride(0), scales.stride(0),
+                           out.stride(0), GROUP=group_size)
     return out
     ### END SOLUTION
 
@@ -738,13 +745,17 @@ hpcdl.plots.plot_roofline(ceilings.roof("fp16"), ceilings.bandwidth, points,
 #
 # - Both points sit far left of the ridge: at batch 1 each weight is used for 2 FLOPs. cuBLAS's GEMV moves
 #   2 bytes per weight, yours about 0.52, so the bytes allow close to 4x.
-# - How much of it a kernel gets depends on its instructions per weight: the exponent trick, one scale per
-#   word and float32 products keep them few; an integer-to-float conversion per weight, or a scale multiplied
-#   into every weight, does not.
-# - **On an H100** (2026-12-05, `do_bench` medians, `benchmarks.gemv_sweep`): at 1 × 28672 × 8192 the
-#   course's own `int4_gemv` took 98 µs where cuBLAS's float16 GEMV took 178 µs (1.8x); at 8192 × 8192,
-#   38 µs against 60 (1.55x). Its weights move at about 1.2 TB/s, some 40% of what the card copies: the
-#   instructions per weight, not the bytes, still set its pace, so the 4x the bytes allow is not reached.
+# - How much of it a kernel gets depends on its instructions per weight and on how they are arranged:
+#   one scale per word, a constexpr group size, one sum per word column added up once, few rows per
+#   program.
+# - **On an H100** (2026-12-06, `do_bench` medians of three runs, `benchmarks.gemv_sweep` round 3,
+#   `results/sweeps/h100-2026-12-06-0339-gemv_sweep-round3.json`): at 1 × 28672 × 8192 the kernel of the
+#   reference solution took 88 µs where cuBLAS's float16 GEMV took 172 µs (1.95x in the worst run) and
+#   torch.compile of dequantize-then-matmul 373 µs; at 8192 × 8192, 32-34 µs against 58 (1.7-1.8x). Its
+#   weights move at about 1.4 TB/s, under half of what the card copies: the instructions per weight, not
+#   the bytes, still set its pace, and the 4x the bytes allow is not reached. Getting closer takes what
+#   libraries built for this do (Marlin, for one): weights reordered offline so that one instruction
+#   unpacks several, and the multiplications moved to the tensor cores.
 # - Each call also costs about 66 µs of CPU (checking the inputs, the autotuner, Triton's launcher,
 #   `benchmarks.gemv_cpu_bound`). At 8192 × 8192 that is more than the GPU's 38: back-to-back calls from
 #   Python would wait on the launches, not on memory. That is why the graded shape is a 70B model's MLP
