@@ -24,6 +24,8 @@ if [ -n "${WHEELS:-}" ]; then
   fi
 fi
 export PYTHONPATH="$PWD/autograder${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# As make grade gives a grading's worker on a machine of one GPU (hpcdl_course.class_run.worker_threads).
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$out/nvidia-smi.csv"
 python3 -m hpcdl_course check-sandbox > "$out/sandbox.log" 2>&1
 if [ $? = 2 ]; then  # no working bubblewrap here: grade without it, and say so in every result

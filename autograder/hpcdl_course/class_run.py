@@ -52,7 +52,16 @@ def plan(requested: int | None, on_gpu: bool) -> tuple:
     if requested and requested > jobs:
         note = (f"JOBS={requested} lowered to {jobs}: one submission per GPU at a time, as speed cells time "
                 f"kernels on the card ({len(cards)} GPU(s) here)")
-    return jobs, [{"CUDA_VISIBLE_DEVICES": card} for card in cards[:jobs]], note
+    return jobs, [{"CUDA_VISIBLE_DEVICES": card, **worker_threads(jobs)} for card in cards[:jobs]], note
+
+
+def worker_threads(jobs: int) -> dict:
+    """On a GPU machine, the CPU threads of each grading's worker: the cores shared by the gradings that run at
+    once (the worker's default is one). A timed answer's host work (09 pins each layer it streams) runs with
+    the cores a learner's own machine gives it. OMP_NUM_THREADS set by the instructor wins."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return {}
+    return {"OMP_NUM_THREADS": str(max(1, cores() // jobs))}
 
 
 def progress_line(done: int, total: int, failed: int, seconds: float) -> str:

@@ -164,10 +164,17 @@ def test_on_a_gpu_machine_each_job_has_a_card_of_its_own(monkeypatch):
     from hpcdl_course import class_run
 
     monkeypatch.setattr(class_run, "gpus", lambda: ["2", "5"])
+    monkeypatch.setattr(class_run, "cores", lambda: 16)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     jobs, slots, note = class_run.plan(4, on_gpu=True)
-    assert (jobs, slots) == (2, [{"CUDA_VISIBLE_DEVICES": "2"}, {"CUDA_VISIBLE_DEVICES": "5"}])
+    # the cores are shared by the gradings under way: a worker's host work is not held to one thread
+    assert (jobs, slots) == (2, [{"CUDA_VISIBLE_DEVICES": "2", "OMP_NUM_THREADS": "8"},
+                                 {"CUDA_VISIBLE_DEVICES": "5", "OMP_NUM_THREADS": "8"}])
     assert note.startswith("JOBS=4 lowered to 2: one submission per GPU")
-    assert class_run.plan(None, on_gpu=True)[0] == 2 and class_run.plan(1, on_gpu=True)[:2] == (1, slots[:1])
+    assert class_run.plan(None, on_gpu=True)[0] == 2
+    assert class_run.plan(1, on_gpu=True)[:2] == (1, [{"CUDA_VISIBLE_DEVICES": "2", "OMP_NUM_THREADS": "16"}])
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")  # the instructor's choice wins
+    assert class_run.plan(1, on_gpu=True)[1] == [{"CUDA_VISIBLE_DEVICES": "2"}]
     monkeypatch.setattr(class_run, "cores", lambda: 3)
     assert class_run.plan(None, on_gpu=False) == (3, [{}, {}, {}], None)
     assert class_run.progress_line(2, 5, 1, 30.0) == "graded 2/5 submissions (1 failed), about 45 s left"
