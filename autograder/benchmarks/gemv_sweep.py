@@ -55,8 +55,8 @@ DOT_BLOCKS = [(16, 1024, 4, 3), (16, 512, 2, 3), (32, 512, 4, 3), (32, 1024, 4, 
 
 
 @triton.jit
-def rows_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, group, stride_wn, stride_sn, GROUP: tl.constexpr,
-                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DESIGN: tl.constexpr):
+def rows_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_wn, stride_sn, stride_ob, group,
+                GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DESIGN: tl.constexpr):
     """out[n] = sum_k x[k] * q[n, k] * scale[n, k // GROUP] (batch 1). DESIGN: 0 rows, 1 rows one lop,
     2 rows sign shift, 3 rows fp16 products, 4 rows runtime group (the group is `group`, not GROUP)."""
     WORDS: tl.constexpr = BLOCK_K // 8
@@ -128,45 +128,38 @@ def dot_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, B, N, K, stride_xb, stride
 ROW_DESIGNS = {"rows": 0, "rows one lop": 1, "rows sign shift": 2, "rows fp16 products": 3, "rows runtime group": 4}
 
 
-def rows_launcher(design, block_n, block_k, warps, stages):
+def launcher(kernel, grid, block_n, block_k, warps, stages, **meta):
+    """A function of (x, packed, scales, group) that launches `kernel` on grid(B, N) as
+    `kernel(x, words, scales, out, [B,] N, K, strides of x, words, scales and out, GROUP=group, ...)` (B where the
+    kernel takes it; `group=group` too where it takes that)."""
     def run(x, packed, scales, group=GROUP):
-        K = x.shape[1]
+        B, K = x.shape
         N = packed.shape[0]
         words = packed.view(torch.int32)
-        out = torch.empty((1, N), dtype=torch.float16, device=x.device)
-        rows_kernel[(triton.cdiv(N, block_n),)](x, words, scales, out, N, K, group, words.stride(0),
-                                                scales.stride(0), GROUP=group, BLOCK_N=block_n, BLOCK_K=block_k,
-                                                DESIGN=design, num_warps=warps, num_stages=stages)
+        out = torch.empty((B, N), dtype=torch.float16, device=x.device)
+        sizes = (B, N, K) if "B" in kernel.arg_names else (N, K)
+        extra = {"group": group} if "group" in kernel.arg_names else {}
+        kernel[grid(B, N)](x, words, scales, out, *sizes, x.stride(0), words.stride(0), scales.stride(0),
+                           out.stride(0), GROUP=group, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
+                           num_stages=stages, **extra, **meta)
         return out
     return run
+
+
+def rows_launcher(design, block_n, block_k, warps, stages):
+    return launcher(rows_kernel, lambda B, N: (triton.cdiv(N, block_n),), block_n, block_k, warps, stages,
+                    DESIGN=design)
 
 
 def dot_launcher(f32, block_n, block_k, warps, stages):
-    def run(x, packed, scales, group=GROUP):
-        B, K = x.shape
-        N = packed.shape[0]
-        words = packed.view(torch.int32)
-        out = torch.empty((B, N), dtype=torch.float16, device=x.device)
-        dot_kernel[(triton.cdiv(N, block_n), triton.cdiv(B, 16))](
-            x, words, scales, out, B, N, K, x.stride(0), words.stride(0), scales.stride(0), out.stride(0),
-            GROUP=group, BLOCK_B=16, BLOCK_N=block_n, BLOCK_K=block_k, F32=f32, num_warps=warps,
-            num_stages=stages)
-        return out
-    return run
+    return launcher(dot_kernel, lambda B, N: (triton.cdiv(N, block_n), triton.cdiv(B, 16)), block_n, block_k,
+                    warps, stages, BLOCK_B=16, F32=f32)
 
 
 def solution_at(solution, block_n, block_k, warps, stages):
-    """The reference's own kernel (its autotuner's function) at one block shape; batch 1."""
-    def run(x, packed, scales, group=GROUP):
-        B, K = x.shape
-        N = packed.shape[0]
-        words = packed.view(torch.int32)
-        out = torch.empty((B, N), dtype=torch.float16, device=x.device)
-        solution.int4_gemv_kernel.fn[(B, triton.cdiv(N, block_n))](
-            x, words, scales, out, N, K, x.stride(0), words.stride(0), scales.stride(0), out.stride(0),
-            GROUP=group, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps, num_stages=stages)
-        return out
-    return run
+    """The reference's own kernel (its autotuner's function) at one block shape."""
+    return launcher(solution.int4_gemv_kernel.fn, lambda B, N: (B, triton.cdiv(N, block_n)), block_n, block_k,
+                    warps, stages)
 
 
 def label(name, block):
