@@ -244,7 +244,7 @@ def int4_gemv_kernel():
     @triton.autotune(configs=configs, key=["N", "K", "GROUP"])
     @triton.jit
     def kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_wn, stride_sn, stride_ob,
-               GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP: tl.constexpr):
         WORDS: tl.constexpr = BLOCK_K // 8
         b = tl.program_id(0)
         rows = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
