@@ -274,9 +274,11 @@ class LiveCurve:
         if not force and self.shown_at is not None and now - self.shown_at < self.every:
             return
         self.shown_at = now
-        from IPython import get_ipython
-        from IPython.display import display
-
+        try:
+            from IPython import get_ipython
+            from IPython.display import display
+        except ImportError:  # no IPython, so no notebook (a grading worker may lack it): nothing to draw into
+            return
         if get_ipython() is None:  # a plain Python process: no notebook output to draw into
             return
         if self.handle is None:

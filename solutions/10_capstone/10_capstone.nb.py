@@ -305,7 +305,7 @@ def int4_gemv(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, group
 # `{"losses": [rank 0's, rank 1's], "states": [rank 0's state_dict, rank 1's]}`.
 #
 # **Graded** (3 points, `test_pipeline_runs`): every loss finite; the mean loss of the last 10 steps at
-# least 1 nat below the first 10's; the two ranks' weights equal; the trained model's held-out perplexity,
+# least half a nat below the first 10's; the two ranks' weights equal; the trained model's held-out perplexity,
 # computed by the test from the weights, under 60.
 
 # %% [locked rank_harness]
@@ -575,7 +575,9 @@ def training_problem(trained, setting):
     if not all(math.isfinite(x) for x in mean):
         return "a loss is not finite"
     first, last = sum(mean[:10]) / 10, sum(mean[-10:]) / 10
-    if last > first - 1.0:
+    # Half a nat: Python 3.12's standard library (the text) stalls this model near its byte frequencies for
+    # longer than 3.11's does (H100 machine, 2026-12-06: 3.822 -> 3.176 in 100 steps); no training stays at 5.5.
+    if last > first - 0.5:
         return f"the loss fell from {first:.3f} to {last:.3f} only (mean of the first and last 10 steps)"
     for name, w in states[0].items():
         if not torch.equal(w, states[1][name]):
