@@ -22,8 +22,10 @@ from .elsewhere import Elsewhere
 from .timing import time_function
 
 # No kernel that reads and writes its bytes once beats a plain copy by much; past this, it was not
-# measured honestly (or it did not do the work).
-PHYSICAL_LIMIT = 1.10
+# measured honestly (or it did not do the work). Not 1.10: the checker's clock put 04's honest bias_gelu
+# (do_bench: 91-93% of copy) at 112% in one of two timings on an H100 (2026-12-06), where drawing each
+# call's 256 MiB of inputs costs three times the kernel and its noise stays in the difference.
+PHYSICAL_LIMIT = 1.25
 # A yardstick is timed over batches of at least this many calls on distinct inputs, the least of this many batches.
 BATCH_CALLS, BATCH_REPEATS = 20, 5
 # A batch is made long enough to last this long (a batch of 20 calls of a 10-microsecond kernel is shorter than
@@ -158,15 +160,16 @@ def speedup(fn, baseline, make_args, *, min_speedup: float, name: str, baseline_
         with fn.alone_on_the_card():
             t_base = local_seconds(baseline, make_args)
             peak = _copy_bandwidth_like(bytes_moved) if bytes_moved else None
-        t_fn, _ = fn.seconds_per_call(make_args, reference, name)
+        t_fn, how = fn.seconds_per_call(make_args, reference, name)
     else:
         args = make_args()
         _check_result(fn, args, reference, name)
         t_fn = time_function(lambda: fn(*args)).seconds
         t_base = time_function(lambda: baseline(*args)).seconds
         peak = ceilings.copy_bandwidth(max(bytes_moved // 2, 1 << 30)) if bytes_moved else None
+        how = "GPU medians"
     ratio = t_base / t_fn
-    report = f"{name}: {t_fn * 1e6:.1f} us, {baseline_name}: {t_base * 1e6:.1f} us: {ratio:.2f}x"
+    report = f"{name}: {t_fn * 1e6:.1f} us ({how}), {baseline_name}: {t_base * 1e6:.1f} us: {ratio:.2f}x"
     if peak and bytes_moved / t_fn > PHYSICAL_LIMIT * peak:
         raise ImpossibleSpeed(f"{report}: {bytes_moved / t_fn / 1e9:.0f} GB/s is faster than this card's memory "
                               f"allows ({peak / 1e9:.0f} GB/s), so the measurement is rejected (reported to the "

@@ -138,3 +138,19 @@ def test_a_timed_batch_exists_in_the_worker_only_once_the_clock_runs(worker):
     assert remote.RemoteCallable(worker, "big_tensors")() >= 6
     worker.request({"op": "wake", "wake_s": 0}, what="wake")
     assert remote.RemoteCallable(worker, "big_tensors")() == 0
+
+
+@pytest.mark.parametrize("twin_ms, pairs", [(1.0, 5), (30.0, clock.NOISY_REPEATS)])
+def test_pairs_go_on_where_drawing_the_inputs_costs_more_than_the_work(monkeypatch, twin_ms, pairs):
+    """Learner's batches of 10 ms more than the twin's: 5 pairs where the twin's take 1 ms, 15 where they take 30."""
+    learner = iter([0.03, 0.03] + [twin_ms / 1e3 + 0.01] * 20)
+
+    def twins(worker, make_args, calls):
+        while True:
+            yield twin_ms / 1e3
+
+    monkeypatch.setattr(clock, "batch_elapsed", lambda *args: (next(learner), 1 << 20))
+    monkeypatch.setattr(clock, "empty_batches", twins)
+    seconds, how = clock.seconds_per_call(None, {"name": "f"}, None, None, "f")
+    assert seconds == pytest.approx(0.01 / clock.calls_per_batch(0.03 / clock.BATCH_CALLS, 1 << 20))
+    assert f"the median of {pairs} pairs" in how
