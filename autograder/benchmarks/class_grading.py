@@ -4,7 +4,8 @@
 
 Each JOBS grades the same class (the solution and the assignment's wrong answers, in turn) into a fresh work
 folder through the command itself. The rate counts from the first submission started to the last finished
-(the release into the gradebook, once per run, is left out and printed apart). Appends a Markdown row per
+(the release into the gradebook, once per run, is left out and printed apart); --keep DIR keeps what each
+grading wrote. Appends a Markdown row per
 JOBS to autograder/benchmarks/results/class-grading.md, with the date, the machine and the command.
 """
 import argparse
@@ -12,6 +13,7 @@ import datetime
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -58,13 +60,18 @@ def main() -> None:
     parser.add_argument("--students", type=int, default=6)
     parser.add_argument("--jobs", default="1,2")
     parser.add_argument("--note", default="", help="what else the machine was doing")
+    parser.add_argument("--keep", type=Path, help="copy each JOBS's work folder (grades, feedback, graded "
+                        "notebooks) and the command's output to KEEP/work-JOBS")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="hpcdl-class-bench-") as tmp:
         folder = Path(tmp) / "class"
         write_class(folder, args.assignment, args.students)
         for jobs in [int(j) for j in args.jobs.split(",")]:
-            grading, whole, _ = grade(folder, Path(tmp) / f"work-{jobs}", jobs)
+            grading, whole, output = grade(folder, Path(tmp) / f"work-{jobs}", jobs)
+            if args.keep:
+                kept = shutil.copytree(Path(tmp) / f"work-{jobs}", args.keep / f"work-{jobs}", dirs_exist_ok=True)
+                (kept / "grade-output.txt").write_text(output)
             rate = args.students / grading * 60
             rows.append(f"| {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC | {args.assignment} | "
                         f"{args.students} | {jobs} | {grading:.0f} | {whole:.0f} | {rate:.2f} |")

@@ -1,4 +1,4 @@
-"""Where a timed batch's own cost goes, for inputs as large as 04's bias_gelu (CUDA GPU):
+"""Where a timed batch's own cost goes, for inputs as large as 04's bias_gelu and 05's int4_gemv (CUDA GPU):
 
     PYTHONPATH=autograder python3 -m benchmarks.clock_overhead OUT.json
 
@@ -9,7 +9,9 @@ noise lands on the learner's time. This times, in this process, each step of suc
 Generator per tensor, an allocation, uniform_), the allocation alone, uniform_ alone into tensors kept from
 before, the Generators alone, encoding the request (the checker's side of wire.py), decoding it (the worker's
 side, which draws), and picking one element of each output; then whole batches (hpcdl_grader.clock.batch_elapsed)
-on a twin worker outside the sandbox.
+on a twin worker outside the sandbox. Each for the inputs of 04's bias_gelu and of 05's int4_gemv (x, 112 MiB
+of random bytes, scales), whose twin batches (14-18 ms for 23-28 calls, H100, 2026-12-06) were 7 times the
+kernel's own time.
 """
 import io
 import json
@@ -27,13 +29,24 @@ from hpcdl_grader.worker import _element
 from . import machine
 
 CALLS, REPEATS = 20, 5
-SHAPE = (16384, 8192)
+CASES = {  # name: [(shape, dtype, low, high)] of one call's inputs
+    "04 bias_gelu": [((16384, 8192), torch.float16, -1.0, 1.0), ((8192,), torch.float16, -1.0, 1.0)],
+    "05 int4_gemv": [((1, 8192), torch.float16, -1.0, 1.0), ((28672, 4096), torch.uint8, 0, 256),
+                     ((28672, 64), torch.float16, 0.001, 0.02)],
+}
 
 
-def inputs():
-    g = check.generator(check.new_seed())
-    return (check.random_tensor(SHAPE, torch.float16, generator=g),
-            check.random_tensor(SHAPE[-1:], torch.float16, generator=g))
+def inputs_of(case):
+    def make():
+        g = check.generator(check.new_seed())
+        return tuple(check.random_tensor(shape, dtype, generator=g, low=low, high=high)
+                     for shape, dtype, low, high in CASES[case])
+    return make
+
+
+def fill(t: torch.Tensor) -> torch.Tensor:
+    """What regenerate does to an allocated tensor: random_ for integers, uniform_ for floats."""
+    return t.random_(0, 256) if not t.dtype.is_floating_point else t.uniform_(-1, 1)
 
 
 def least_us(fn) -> float:
@@ -52,8 +65,8 @@ def redraw(t: torch.Tensor) -> torch.Tensor:
     return check.regenerate(r["shape"], t.dtype, r["state"], r["low"], r["high"], t.device)
 
 
-def main(out_path: str) -> None:
-    hpcdl.device.require_gpu("This benchmark")
+def measure(case: str) -> dict:
+    inputs = inputs_of(case)
     sets = [inputs() for _ in range(CALLS)]
     flat = [t for s in sets for t in s]
     states = [check.recipe(t)["state"] for t in flat]
@@ -63,7 +76,7 @@ def main(out_path: str) -> None:
     steps = {
         "draw from recipes (as the worker decodes)": lambda: [redraw(t) for t in flat],
         "allocation alone (torch.empty)": lambda: [torch.empty_like(t) for t in flat],
-        "uniform_ alone, into kept tensors": lambda: [t.uniform_(-1, 1) for t in kept],
+        "random_ or uniform_ alone, into kept tensors": lambda: [fill(t) for t in kept],
         "Generators alone (new + set_state)": lambda: [torch.Generator(device="cuda").set_state(s) for s in states],
         "encode the request (checker)": lambda: wire.encode(message, side="checker"),
         "decode the request (worker: draws)": lambda: wire.receive(io.BytesIO(encoded), hpcdl.device.DEVICE,
@@ -71,10 +84,8 @@ def main(out_path: str) -> None:
         "pick one element of each output": lambda: torch.stack([_element(s[0], 7 * i) for i, s in
                                                                 enumerate(sets)]).cpu(),
     }
-    results = {**machine.record("PYTHONPATH=autograder python3 -m benchmarks.clock_overhead OUT.json",
-                                f"the least of {REPEATS} synchronized repeats, {CALLS} sets of a {SHAPE} float16 x "
-                                f"and its bias"),
-               "calls": CALLS, "shape": list(SHAPE), "unit": "microseconds per batch", "steps": {}}
+    results = {"inputs": [[list(shape), str(dtype), low, high] for shape, dtype, low, high in CASES[case]],
+               "steps": {}}
     for name, fn in steps.items():
         fn()
         results["steps"][name] = least_us(fn)
@@ -87,11 +98,22 @@ def main(out_path: str) -> None:
     finally:
         twin.stop()
     results["twin_batches_outside_the_sandbox"] = batch
-    with open(out_path, "w") as f:
-        json.dump(results, f, indent=1)
+    print(f"--- {case}")
     for name, us in results["steps"].items():
         print(f"{us:10.0f} us  {us / CALLS:7.0f} us a call  {name}")
     print("twin batches:", " ".join(f"{us:.0f}" for us in batch), "us")
+    return results
+
+
+def main(out_path: str) -> None:
+    hpcdl.device.require_gpu("This benchmark")
+    results = {**machine.record("PYTHONPATH=autograder python3 -m benchmarks.clock_overhead OUT.json",
+                                f"the least of {REPEATS} synchronized repeats, {CALLS} sets of each case's inputs"),
+               "calls": CALLS, "unit": "microseconds per batch", "cases": {}}
+    for case in CASES:
+        results["cases"][case] = measure(case)
+        with open(out_path, "w") as f:
+            json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -12,24 +12,37 @@ against cuBLAS's 178 (1.81x); the reference itself, whose accumulator is 3-D [BL
 and whose group size is a run-time argument, took 166-178 us at its best block shapes. Summing float16
 products in float16 broke the tolerance; x reordered by nibble did not help.
 
-Round 3, here. Batch 1 and the small batches the notebook asks for (4 and 16):
-- `rows`: round 2's winner, as it was;
-- `rows one lop`: the same with the mask, the sign flip and the exponent in one operation,
-  `(w >> 4j) & 0xF ^ 0x4B000008`, in case the compiler did not merge them;
-- `rows sign shift`: q by two shifts, `(w << (28 - 4j)) >> 28` (arithmetic), and an int-to-float conversion;
-- `rows fp16 products`: q and its product with x in float16 (exact q, one rounding per product), summed in float32;
-- `rows runtime group`: `rows` with the group size a run-time argument, as the reference has it;
-- `dot`: per nibble j, the [BLOCK_N, BLOCK_K / 8] block of q times its scales in float16, multiplied by x's
-  [BLOCK_K / 8, 16] columns 8 i + j with `tl.dot` (tensor cores, the batch padded to 16): the FMAs leave the
-  ALUs, and batches up to 16 cost what batch 1 costs;
-- `dot f32`: the same with q and its scale multiplied in float32 and rounded to float16 once;
-- the reference's own kernel at the block shapes of `rows`.
+Round 3 (H100, 2026-12-06 03:39, results/sweeps/h100-2026-12-06-0339-gemv_sweep-round3.json): at
+1 x 28672 x 8192 the 2-D kernel with q sign-extended by two shifts and converted ("rows sign shift") took 88 us
+(cuBLAS 172, 1.95x worst), 4% faster than the exponent trick; the reference's old 3-D kernel 134. Every design that
+rounded a product or q * scale to float16 (on CUDA cores or in `tl.dot`) failed the float16 tolerance.
+
+Round 4 (H100, 2026-12-06 06:25, results/sweeps/h100-2026-12-06-0625-gemv_sweep-round4.json): "exact dot"
+(below) keeps float32 precision on tensor cores: q exact in float16 for a group's 8 nibbles at once, a
+[BLOCK_N, 8, GROUP / 8] block reshaped to [BLOCK_N, GROUP], times x's matching columns (gathered nibble-major)
+by one `tl.dot` into float32, the group's scale on that float32 sum. Batch 1: 144 us at best (1.21x cuBLAS)
+against "rows sign shift"'s 88 (1.98x); batch 4: 163 us (1.09x, against 311 for the rows kernel), batch 16:
+171 us (1.02x, against 1156): tensor cores make the batch free, CUDA cores pay for each row. "rows mixed"
+(half the nibbles by the float32 exponent trick instead of a conversion) was 1-2% slower than "rows sign
+shift": the conversions do not set the pace.
+
+Round 5 (H100, 2026-12-06 06:33, results/sweeps/h100-2026-12-06-0633-gemv_sweep-round5.json): no block shape
+or stage count beat the reference's (88 us); "rows 3-D" took 199 us (the sum over the nibbles became shuffles:
+386 SHFL). The reference's loop runs 793 instructions for its 4096 weights, 6.2 per weight a lane: FFMA, I2FP,
+2.9 integer (SHF, SGXT, LEA, ...), loads and x's HADD2.
+
+Round 5 was: batch 1 only. More block shapes and stage counts for "rows sign shift", and "rows 3-D": x
+loaded as one [BLOCK_K / 8, 8] block (8 consecutive values per word, one vector load) instead of 8 strided
+loads of BLOCK_K / 8, q built for all nibbles as [BLOCK_N, BLOCK_K / 8, 8] and the product summed over the
+nibbles; the best exact dots of round 4 for comparison. Each candidate's SASS opcode counts are recorded.
 Each at several block shapes, beside the solution (autotuned), cuBLAS's float16 GEMV of the dequantized weight
 and torch.compile of dequantize-then-matmul, on new random data in each of RUNS runs; every result checked
 against a float64 reference first (a candidate that fails to compile, run or match is left out, and said).
 Times are triton.testing.do_bench medians (L2 flushed), in microseconds.
 """
+import collections
 import json
+import re
 import statistics
 import sys
 import time
@@ -47,18 +60,18 @@ from . import candidates as candidates_, machine
 from .int4_gemv import GROUP, compiled_dequant_matmul, dequantized_fp16, inputs, reference
 
 RUNS = 3
-SHAPES = [(1, 28672, 8192), (1, 8192, 8192), (4, 28672, 8192), (16, 28672, 8192)]  # B, N, K; graded: the first
-ROW_BLOCKS = [(8, 1024, 2, 3), (16, 1024, 4, 3), (16, 512, 2, 3), (8, 2048, 4, 3), (8, 512, 1, 3), (4, 1024, 1, 3),
-              (8, 1024, 2, 4)]  # BLOCK_N, BLOCK_K, warps, stages
-DOT_BLOCKS = [(16, 1024, 4, 3), (16, 512, 2, 3), (32, 512, 4, 3), (32, 1024, 4, 3), (64, 512, 4, 3),
-              (64, 256, 4, 4), (128, 256, 8, 3), (32, 256, 2, 4)]
+SHAPES = [(1, 28672, 8192), (1, 8192, 8192)]  # B, N, K; graded: the first (round 4: also batches 4 and 16)
+ROW_BLOCKS = [(8, 512, 1, 3), (8, 512, 1, 2), (8, 512, 1, 4), (8, 256, 1, 3), (8, 256, 1, 5), (16, 512, 1, 3),
+              (16, 256, 1, 4), (4, 512, 1, 3), (4, 1024, 1, 3), (2, 1024, 1, 3), (8, 512, 2, 3), (8, 2048, 4, 3)]
+# BLOCK_N, BLOCK_K, warps, stages
+DOT_BLOCKS = [(32, None, 2, 3), (64, None, 4, 3)]  # BLOCK_N, (one group), warps, stages (round 4 had 8 shapes)
 
 
 @triton.jit
 def rows_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_wn, stride_sn, stride_ob, group,
                 GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DESIGN: tl.constexpr):
-    """out[n] = sum_k x[k] * q[n, k] * scale[n, k // GROUP] (batch 1). DESIGN: 0 rows, 1 rows one lop,
-    2 rows sign shift, 3 rows fp16 products, 4 rows runtime group (the group is `group`, not GROUP)."""
+    """out[n] = sum_k x[k] * q[n, k] * scale[n, k // GROUP] (batch 1). DESIGN: 2 rows sign shift, 5 rows mixed,
+    6 rows 3-D (rounds 2-3 also had 0 rows, 1 rows one lop, 3 rows fp16 products, 4 rows runtime group)."""
     WORDS: tl.constexpr = BLOCK_K // 8
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
@@ -74,11 +87,16 @@ def rows_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_w
             g = word * 8 // GROUP
         s = tl.load(scales_ptr + rows[:, None] * stride_sn + g[None, :], mask=ok, other=0.0)
         partial = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)
-        for j in tl.static_range(8):
+        if DESIGN == 6:  # all nibbles at once: x as [WORDS, 8], q as [BLOCK_N, WORDS, 8]
+            nibble = tl.arange(0, 8)
+            x2 = tl.load(x_ptr + word[:, None] * 8 + nibble[None, :], mask=word_ok[:, None], other=0.0)
+            q3 = ((w[:, :, None] << (28 - 4 * nibble)[None, None, :]) >> 28).to(tl.float32)
+            partial = tl.sum(q3 * x2.to(tl.float32)[None, :, :], axis=2)
+        for j in tl.static_range(8 if DESIGN != 6 else 0):
             xj = tl.load(x_ptr + word * 8 + j, mask=word_ok, other=0.0)
             if DESIGN == 1:
                 q = (((w >> (4 * j)) & 0xF) ^ 0x4B000008).to(tl.float32, bitcast=True) - 8388616.0
-            elif DESIGN == 2:
+            elif DESIGN == 2 or DESIGN == 6 or (DESIGN == 5 and j < 4):
                 q = ((w << (28 - 4 * j)) >> 28).to(tl.float32)
             elif DESIGN == 3:
                 bits = ((((w >> (4 * j)) & 0xF) ^ 0x8) | 0x6400).to(tl.int16)
@@ -95,43 +113,66 @@ def rows_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_w
 
 
 @triton.jit
-def dot_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, B, N, K, stride_xb, stride_wn, stride_sn, stride_ob,
-               GROUP: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-               F32: tl.constexpr):
-    """out[b, n] for a BLOCK_N x BLOCK_B tile: per nibble j, (q_j * scale) @ x[:, 8 i + j].T on tensor cores."""
-    WORDS: tl.constexpr = BLOCK_K // 8
+def exact_dot_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, B, N, K, stride_xb, stride_wn, stride_sn, stride_ob,
+                     GROUP: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, EXP: tl.constexpr,
+                     X_LEFT: tl.constexpr):
+    """out[b, n] for a BLOCK_B x BLOCK_N tile, one group per step: scale * (q @ x) with q exact in float16 and
+    the product summed in float32 by tl.dot. EXP: q by the float16 exponent trick, else by shifts and a
+    conversion. X_LEFT: x[BLOCK_B, GROUP] @ q.T, else q @ x.T."""
+    WORDS: tl.constexpr = GROUP // 8
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     batch = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
     row_ok = rows < N
     batch_ok = batch < B
-    acc = tl.zeros((BLOCK_N, BLOCK_B), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        word = k0 // 8 + tl.arange(0, WORDS)
-        word_ok = word < K // 8
-        ok = row_ok[:, None] & word_ok[None, :]
-        w = tl.load(words_ptr + rows[:, None] * stride_wn + word[None, :], mask=ok, other=0)
-        s = tl.load(scales_ptr + rows[:, None] * stride_sn + (word * 8 // GROUP)[None, :], mask=ok, other=0.0)
-        for j in tl.static_range(8):
-            xj = tl.load(x_ptr + batch[None, :] * stride_xb + (word * 8 + j)[:, None],
-                         mask=word_ok[:, None] & batch_ok[None, :], other=0.0)
-            if F32:
-                q32 = ((((w >> (4 * j)) & 0xF) ^ 0x8) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
-                q = (q32 * s.to(tl.float32)).to(tl.float16)
-            else:
-                bits = ((((w >> (4 * j)) & 0xF) ^ 0x8) | 0x6400).to(tl.int16)
-                q = (bits.to(tl.float16, bitcast=True) - 1032.0) * s
-            acc = tl.dot(q, xj, acc)
-    out_ptrs = out_ptr + batch[None, :] * stride_ob + rows[:, None]
-    tl.store(out_ptrs, acc.to(tl.float16), mask=row_ok[:, None] & batch_ok[None, :])
+    nibble = tl.arange(0, 8)
+    p = tl.arange(0, GROUP)
+    k_of_p = (p % WORDS) * 8 + p // WORDS  # position p of the dot is nibble p // WORDS of word p % WORDS
+    word = tl.arange(0, WORDS)
+    if X_LEFT:
+        acc = tl.zeros((BLOCK_B, BLOCK_N), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_N, BLOCK_B), dtype=tl.float32)
+    for g in range(0, K // GROUP):
+        s = tl.load(scales_ptr + rows * stride_sn + g, mask=row_ok, other=0.0).to(tl.float32)
+        if X_LEFT:
+            w = tl.load(words_ptr + rows[None, :] * stride_wn + (g * WORDS + word)[:, None], mask=row_ok[None, :],
+                        other=0)
+            w3 = w[None, :, :]
+            shift = nibble[:, None, None]
+        else:
+            w = tl.load(words_ptr + rows[:, None] * stride_wn + (g * WORDS + word)[None, :], mask=row_ok[:, None],
+                        other=0)
+            w3 = w[:, None, :]
+            shift = nibble[None, :, None]
+        if EXP:
+            q = ((((w3 >> (4 * shift)) & 0xF) ^ 0x8) | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - 1032.0
+        else:
+            q = ((w3 << (28 - 4 * shift)) >> 28).to(tl.float16)
+        if X_LEFT:
+            xg = tl.load(x_ptr + batch[:, None] * stride_xb + (g * GROUP + k_of_p)[None, :], mask=batch_ok[:, None],
+                         other=0.0)
+            acc += tl.dot(xg, tl.reshape(q, (GROUP, BLOCK_N))) * s[None, :]
+        else:
+            xg = tl.load(x_ptr + batch[None, :] * stride_xb + (g * GROUP + k_of_p)[:, None], mask=batch_ok[None, :],
+                         other=0.0)
+            acc += tl.dot(tl.reshape(q, (BLOCK_N, GROUP)), xg) * s[:, None]
+    if X_LEFT:
+        tl.store(out_ptr + batch[:, None] * stride_ob + rows[None, :], acc.to(tl.float16),
+                 mask=batch_ok[:, None] & row_ok[None, :])
+    else:
+        tl.store(out_ptr + batch[None, :] * stride_ob + rows[:, None], acc.to(tl.float16),
+                 mask=row_ok[:, None] & batch_ok[None, :])
 
 
-ROW_DESIGNS = {"rows": 0, "rows one lop": 1, "rows sign shift": 2, "rows fp16 products": 3, "rows runtime group": 4}
+ROW_DESIGNS = {"rows sign shift": 2, "rows 3-D": 6}
+DOT_DESIGNS = {"exact dot i2f": (0, 0), "exact dot exp": (1, 0)}  # name: (EXP, X_LEFT); round 4 also had x left
+# (0, 1) and (1, 1), slower at every batch
 
 
 def launcher(kernel, grid, block_n, block_k, warps, stages, **meta):
     """A function of (x, packed, scales, group) that launches `kernel` on grid(B, N) as
-    `kernel(x, words, scales, out, [B,] N, K, strides of x, words, scales and out, GROUP=group, ...)` (B where the
-    kernel takes it; `group=group` too where it takes that)."""
+    `kernel(x, words, scales, out, [B,] N, K, strides of x, words, scales and out, GROUP=group, ...)` (B, BLOCK_K
+    and `group=group` where the kernel takes them). Its attribute `compiled` is the last launch's kernel."""
     def run(x, packed, scales, group=GROUP):
         B, K = x.shape
         N = packed.shape[0]
@@ -139,9 +180,11 @@ def launcher(kernel, grid, block_n, block_k, warps, stages, **meta):
         out = torch.empty((B, N), dtype=torch.float16, device=x.device)
         sizes = (B, N, K) if "B" in kernel.arg_names else (N, K)
         extra = {"group": group} if "group" in kernel.arg_names else {}
-        kernel[grid(B, N)](x, words, scales, out, *sizes, x.stride(0), words.stride(0), scales.stride(0),
-                           out.stride(0), GROUP=group, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
-                           num_stages=stages, **extra, **meta)
+        if "BLOCK_K" in kernel.arg_names:
+            extra["BLOCK_K"] = block_k
+        run.compiled = kernel[grid(B, N)](x, words, scales, out, *sizes, x.stride(0), words.stride(0),
+                                          scales.stride(0), out.stride(0), GROUP=group, BLOCK_N=block_n,
+                                          num_warps=warps, num_stages=stages, **extra, **meta)
         return out
     return run
 
@@ -151,9 +194,10 @@ def rows_launcher(design, block_n, block_k, warps, stages):
                     DESIGN=design)
 
 
-def dot_launcher(f32, block_n, block_k, warps, stages):
-    return launcher(dot_kernel, lambda B, N: (triton.cdiv(N, block_n), triton.cdiv(B, 16)), block_n, block_k,
-                    warps, stages, BLOCK_B=16, F32=f32)
+def dot_launcher(design, block_n, block_k, warps, stages):
+    exp, x_left = design
+    return launcher(exact_dot_kernel, lambda B, N: (triton.cdiv(N, block_n), triton.cdiv(B, 16)), block_n, None,
+                    warps, stages, BLOCK_B=16, EXP=exp, X_LEFT=x_left)
 
 
 def solution_at(solution, block_n, block_k, warps, stages):
@@ -163,21 +207,46 @@ def solution_at(solution, block_n, block_k, warps, stages):
 
 
 def label(name, block):
+    if block[1] is None:  # one group per step
+        return f"{name} BLOCK_N {block[0]} warps {block[2]} stages {block[3]}"
     return f"{name} BLOCK_N {block[0]} BLOCK_K {block[1]} warps {block[2]} stages {block[3]}"
 
 
 def candidates(solution, batch=1, row_blocks=ROW_BLOCKS, dot_blocks=DOT_BLOCKS):
     """label -> (function of (x, packed, scales), True): the row designs and the reference's kernel at batch 1
-    only; `dot` at every batch."""
+    only; the exact dots at every batch."""
     found = {"solution (autotuned)": (lambda x, p, s: solution.int4_gemv(x, p, s, GROUP), True)}
     for block in row_blocks if batch == 1 else []:
         found[label("solution kernel", block)] = (solution_at(solution, *block), True)
         for name, design in ROW_DESIGNS.items():
             found[label(name, block)] = (rows_launcher(design, *block), True)
     for block in dot_blocks:
-        found[label("dot", block)] = (dot_launcher(False, *block), True)
-        found[label("dot f32", block)] = (dot_launcher(True, *block), True)
+        for name, design in DOT_DESIGNS.items():
+            found[label(name, block)] = (dot_launcher(design, *block), True)
     return found
+
+
+SASS_KEPT = "BLOCK_N 8 BLOCK_K 512 warps 1 stages 3"  # candidates whose whole SASS is recorded too
+
+
+def opcodes(found: dict) -> tuple:
+    """({label: {SASS opcode: count}} of each candidate's last compiled kernel, the most frequent first; {label:
+    SASS} of those whose label ends in SASS_KEPT). A candidate whose SASS cannot be read is left out."""
+    counts, kept = {}, {}
+    for label, (fn, _) in found.items():
+        try:
+            sass = fn.compiled.asm["sass"]  # triton's listing: control bits, a tab, the instruction
+        except Exception:  # no kernel of its own (the autotuned solution) or no disassembler
+            continue
+        ops = collections.Counter()
+        for line in sass.splitlines():
+            match = re.match(r"(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)\b[^:]*;", line.split("\t")[-1].strip())
+            if "\t" in line and match:
+                ops[match.group(1)] += 1
+        counts[label] = dict(ops.most_common())
+        if label.endswith(SASS_KEPT):
+            kept[label] = sass
+    return counts, kept
 
 
 def runnable(found: dict, shape) -> tuple:
@@ -215,6 +284,7 @@ def main(out_path: str) -> None:
         kept, failed = runnable(candidates(solution, B), shape)
         at = results["shapes"][" x ".join(map(str, shape))] = {
             "int4_bytes": N * K // 2 + 2 * N * (K // GROUP), "runs": [], "failed": failed}
+        at["sass_opcodes"], at["sass"] = opcodes(kept)
         for _ in range(RUNS):
             at["runs"].append(microseconds(kept, shape))
             results["seconds"] = time.time() - started

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything the course claims about a GPU, checked and measured in one call on a CUDA machine:
-#   [NB=01_vector_add] [LIMIT=480] [BENCH="vector_add softmax"] [WHEELS=.whl] bash autograder/benchmarks/gpu_run.sh OUT_DIR [PYTEST_ARGS...]
+#   [NB=01_vector_add] [LIMIT=480] [BENCH="vector_add softmax"] [CLASS=09_zero_copy_loading:2] [WHEELS=.whl] bash autograder/benchmarks/gpu_run.sh OUT_DIR [PYTEST_ARGS...]
 # e.g. NB=01_vector_add bash autograder/benchmarks/gpu_run.sh OUT autograder/tests/test_grading.py \
 #        --grade-only=zeros_instead_of_empty --cheats=memoised_result
 # Needs torch, triton and matplotlib. nbgrader comes from the environment or from the wheels in WHEELS
@@ -8,6 +8,9 @@
 # WHEELS/debs/*.deb where the machine has no `bwrap`. NB selects the notebooks whose grading the test
 # suite runs (one per call fits a call of ten minutes; passed as pytest's --nb); BENCH names the
 # benchmarks to run (default none), each NAME or NAME:ARG (ARG: its first argument after OUT.json).
+# CLASS="ASSIGNMENT[:STUDENTS] ..." grades, for each, a generated class (the solution, then wrong answers) through
+# make grade's own command (benchmarks.class_grading, one job), with OMP_NUM_THREADS as the caller had it; what
+# each grading wrote is kept in OUT/class-ASSIGNMENT.
 # PYTEST_ARGS go to pytest: test files, -k, and the suite's options (autograder/tests/conftest.py):
 # --grade-only=NAMES (answer fixtures), --grade-fixtures-only, --cheats=NAMES.
 set -uo pipefail
@@ -24,6 +27,7 @@ if [ -n "${WHEELS:-}" ]; then
   fi
 fi
 export PYTHONPATH="$PWD/autograder${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+caller_threads=${OMP_NUM_THREADS-}
 # As make grade gives a grading's worker on a machine of one GPU (hpcdl_course.class_run.worker_threads).
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$out/nvidia-smi.csv"
@@ -37,6 +41,13 @@ for bench in ${BENCH:-}; do  # NAME, or NAME:ARG (speed_cells:09_zero_copy_loadi
   name=${bench%%:*} arg=${bench#"$name"}; arg=${arg#:}; file=${bench/:/-}
   python3 -m "benchmarks.$name" "$out/$file.json" $arg 2>&1 | tee "$out/bench-$file.log"
 done
+for class in ${CLASS:-}; do  # ASSIGNMENT[:STUDENTS]
+  assignment=${class%%:*} students=${class#"$assignment"}; students=${students#:}
+  threads=(-u OMP_NUM_THREADS); [ -n "$caller_threads" ] && threads=("OMP_NUM_THREADS=$caller_threads")
+  env "${threads[@]}" python3 -m benchmarks.class_grading --assignment "$assignment" --students "${students:-1}" \
+    --jobs 1 --keep "$out/class-$assignment" 2>&1 | tee "$out/class-$assignment.log"
+done
+[ -n "${CLASS:-}" ] && cp autograder/benchmarks/results/class-grading.md "$out/"
 # One process at a time on the card: no pytest-xdist here, so no two gradings share the GPU.
 work=$(mktemp -d)/work  # the graded notebooks, read below
 # LIMIT (seconds, default none) interrupts pytest in time for the verdicts below to be written: a call

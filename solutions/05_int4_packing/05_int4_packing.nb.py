@@ -748,14 +748,28 @@ hpcdl.plots.plot_roofline(ceilings.roof("fp16"), ceilings.bandwidth, points,
 # - How much of it a kernel gets depends on its instructions per weight and on how they are arranged:
 #   one scale per word, a constexpr group size, one sum per word column added up once, few rows per
 #   program.
-# - **On an H100** (2026-12-06, `do_bench` medians of three runs, `benchmarks.gemv_sweep` round 3,
-#   `results/sweeps/h100-2026-12-06-0339-gemv_sweep-round3.json`): at 1 × 28672 × 8192 the kernel of the
-#   reference solution took 88 µs where cuBLAS's float16 GEMV took 172 µs (1.95x in the worst run) and
-#   torch.compile of dequantize-then-matmul 373 µs; at 8192 × 8192, 32-34 µs against 58 (1.7-1.8x). Its
-#   weights move at about 1.4 TB/s, under half of what the card copies: the instructions per weight, not
-#   the bytes, still set its pace, and the 4x the bytes allow is not reached. Getting closer takes what
-#   libraries built for this do (Marlin, for one): weights reordered offline so that one instruction
-#   unpacks several, and the multiplications moved to the tensor cores.
+# - **On an H100** (2026-12-06, `do_bench` medians of three runs, `benchmarks.gemv_sweep` rounds 3-5,
+#   `results/sweeps/h100-2026-12-06-0339-gemv_sweep-round3.json`, `-0625-gemv_sweep-round4.json`,
+#   `-0633-gemv_sweep-round5.json`): at 1 × 28672 × 8192 the kernel of the reference solution took 88 µs in
+#   each round, where cuBLAS's float16 GEMV took 172-175 µs (close to 2x) and torch.compile of
+#   dequantize-then-matmul 373-379 µs; at 8192 × 8192, 31-34 µs against 58 (1.7-1.8x). Its weights move at
+#   about 1.4 TB/s, under half of what the card copies, so the 4x the bytes allow is not reached.
+# - **Where the time goes.** The compiled loop (its SASS, recorded by round 5) runs 6.2 instructions per
+#   weight: a conversion to float and an FMA, 2.9 integer instructions (the shift and sign extension that pull
+#   out the nibble, addresses), the loads and x's conversion. At 128 lanes per clock per SM, issuing them
+#   takes about 48 µs of the 88 at 1.8 GHz; reading the 121 MB at copy speed takes 40. The instructions, not
+#   the bytes, set the pace; what they leave over is latency that 32 one-warp programs per SM do not hide.
+#   Converting half the nibbles by the exponent trick instead (no conversion, one more integer instruction)
+#   was 2% slower; loading x as one vector and summing over a 3-D block of nibbles took twice as long (the
+#   sum across nibbles became exchanges between lanes). Getting closer takes what libraries built for this do
+#   (Marlin, for one): weights reordered offline so that one instruction unpacks several.
+# - **Batches 4 and 16.** One program per batch row pays the unpacking once per row: 302 µs at batch 4
+#   and 1156 µs at batch 16, against cuBLAS's 178-179. Tensor cores make the batch free without losing
+#   precision, because q is an exact integer in float16: `tl.dot` of a group's q (all 8 nibbles, as a
+#   `[BLOCK_N, GROUP]` block) with x's matching columns sums exact products in float32, and the group's scale
+#   multiplies that float32 sum. Round 4 measured such a kernel at 163 µs at batch 4 and 171 µs at batch 16
+#   (1.09x and 1.02x cuBLAS), but 144 µs at batch 1, where the padded batch and the trip through shared
+#   memory cost more than they save. A decoder serving several requests at once would use it there.
 # - Each call also costs about 66 µs of CPU (checking the inputs, the autotuner, Triton's launcher,
 #   `benchmarks.gemv_cpu_bound`). At 8192 × 8192 that is more than the GPU's 38: back-to-back calls from
 #   Python would wait on the launches, not on memory. That is why the graded shape is a 70B model's MLP
