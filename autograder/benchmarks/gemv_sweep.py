@@ -31,6 +31,16 @@ or stage count beat the reference's (88 us); "rows 3-D" took 199 us (the sum ove
 386 SHFL). The reference's loop runs 793 instructions for its 4096 weights, 6.2 per weight a lane: FFMA, I2FP,
 2.9 integer (SHF, SGXT, LEA, ...), loads and x's HADD2.
 
+Round 6, here (not yet run on a GPU): batch 1, "rows sign shift" against "rows lop3", whose nibbles become
+float16 pairs in PTX (`tl.inline_asm_elementwise`): per word, one XOR makes the 8 nibbles offset-binary, then
+for each pair (j, j + 4) a shift and one LOP3 put them under float16's exponent of 1024 (`(u >> 4j) &
+0x000F000F | 0x64006400`), one float16x2 subtraction of 1032 leaves q exact, and a conversion per weight gives
+float32. "rows lop3 offset" skips the subtraction and takes 1032 times the sum of each word's 8 x off once per
+word. Compiled offline for sm_90 by Triton 3.7 (BLOCK_N 8, BLOCK_K 512, 1 warp), the whole kernels have 928
+(sign shift), 856 (lop3) and 824 (lop3 offset) instructions, integer ones 351, 283 and 283: the float16 to
+float32 conversions (HADD2) cost what the int-to-float ones did, so a gain of 10% at most is expected. The CPU
+interpreter cannot run inline PTX (a notebook would need a second path there).
+
 Round 5 was: batch 1 only. More block shapes and stage counts for "rows sign shift", and "rows 3-D": x
 loaded as one [BLOCK_K / 8, 8] block (8 consecutive values per word, one vector load) instead of 8 strided
 loads of BLOCK_K / 8, q built for all nibbles as [BLOCK_N, BLOCK_K / 8, 8] and the product summed over the
@@ -61,17 +71,63 @@ from .int4_gemv import GROUP, compiled_dequant_matmul, dequantized_fp16, inputs,
 
 RUNS = 3
 SHAPES = [(1, 28672, 8192), (1, 8192, 8192)]  # B, N, K; graded: the first (round 4: also batches 4 and 16)
-ROW_BLOCKS = [(8, 512, 1, 3), (8, 512, 1, 2), (8, 512, 1, 4), (8, 256, 1, 3), (8, 256, 1, 5), (16, 512, 1, 3),
-              (16, 256, 1, 4), (4, 512, 1, 3), (4, 1024, 1, 3), (2, 1024, 1, 3), (8, 512, 2, 3), (8, 2048, 4, 3)]
-# BLOCK_N, BLOCK_K, warps, stages
-DOT_BLOCKS = [(32, None, 2, 3), (64, None, 4, 3)]  # BLOCK_N, (one group), warps, stages (round 4 had 8 shapes)
+SASS_KEPT = "BLOCK_N 8 BLOCK_K 512 warps 1 stages 3"  # candidates whose whole SASS is recorded too
+ROW_BLOCKS = [(8, 512, 1, 3), (8, 512, 1, 4), (4, 1024, 1, 3), (8, 256, 1, 3), (16, 512, 1, 3), (8, 1024, 2, 3),
+              (8, 2048, 4, 3)]  # BLOCK_N, BLOCK_K, warps, stages (round 5 had 12)
+DOT_BLOCKS = []  # BLOCK_N, (one group), warps, stages: round 4 had 8 shapes, round 5 (32, None, 2, 3), (64, None, 4, 3)
+
+
+# q_0 .. q_7 (float32, exact integers in [-8, 7]) of the int32 word $8, nibble j at bits 4j .. 4j + 3.
+UNPACK_PAIRS = tl.constexpr("""
+{
+.reg .b32 u, t, m, c, p0, p1, p2, p3;
+.reg .b16 lo, hi;
+mov.b32 m, 0x000F000F;
+mov.b32 c, 0x64006400;
+xor.b32 u, $8, 0x88888888;
+lop3.b32 p0, u, m, c, 0xEA;
+shr.u32 t, u, 4;
+lop3.b32 p1, t, m, c, 0xEA;
+shr.u32 t, u, 8;
+lop3.b32 p2, t, m, c, 0xEA;
+shr.u32 t, u, 12;
+lop3.b32 p3, t, m, c, 0xEA;
+mov.b32 c, 0x64086408;
+sub.f16x2 p0, p0, c;
+sub.f16x2 p1, p1, c;
+sub.f16x2 p2, p2, c;
+sub.f16x2 p3, p3, c;
+mov.b32 {lo, hi}, p0;
+cvt.f32.f16 $0, lo;
+cvt.f32.f16 $4, hi;
+mov.b32 {lo, hi}, p1;
+cvt.f32.f16 $1, lo;
+cvt.f32.f16 $5, hi;
+mov.b32 {lo, hi}, p2;
+cvt.f32.f16 $2, lo;
+cvt.f32.f16 $6, hi;
+mov.b32 {lo, hi}, p3;
+cvt.f32.f16 $3, lo;
+cvt.f32.f16 $7, hi;
+}
+""")  # xor: offset-binary nibbles u = q + 8; lop3 0xEA: (a & b) | c; 0x6400 is 1024.0 in float16, 0x6408 1032.0
+# The same without the subtraction: q + 1032, exact in float16 too.
+UNPACK_PAIRS_OFFSET = tl.constexpr("\n".join(line for line in UNPACK_PAIRS.value.splitlines()
+                                              if not line.startswith(("sub.f16x2", "mov.b32 c, 0x6408"))))
+
+
+@triton.jit
+def nibble_x(x_ptr, word, word_ok, j: tl.constexpr):
+    """x[8 * word + j] as float32 (batch row 0)."""
+    return tl.load(x_ptr + word * 8 + j, mask=word_ok, other=0.0).to(tl.float32)
 
 
 @triton.jit
 def rows_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_wn, stride_sn, stride_ob, group,
                 GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DESIGN: tl.constexpr):
     """out[n] = sum_k x[k] * q[n, k] * scale[n, k // GROUP] (batch 1). DESIGN: 2 rows sign shift, 5 rows mixed,
-    6 rows 3-D (rounds 2-3 also had 0 rows, 1 rows one lop, 3 rows fp16 products, 4 rows runtime group)."""
+    6 rows 3-D, 7 rows lop3, 8 rows lop3 offset (rounds 2-3 also had 0 rows, 1 rows one lop, 3 rows fp16
+    products, 4 rows runtime group)."""
     WORDS: tl.constexpr = BLOCK_K // 8
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
@@ -92,7 +148,33 @@ def rows_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_w
             x2 = tl.load(x_ptr + word[:, None] * 8 + nibble[None, :], mask=word_ok[:, None], other=0.0)
             q3 = ((w[:, :, None] << (28 - 4 * nibble)[None, None, :]) >> 28).to(tl.float32)
             partial = tl.sum(q3 * x2.to(tl.float32)[None, :, :], axis=2)
-        for j in tl.static_range(8 if DESIGN != 6 else 0):
+        if DESIGN == 7 or DESIGN == 8:
+            if DESIGN == 7:
+                q0, q1, q2, q3, q4, q5, q6, q7 = tl.inline_asm_elementwise(
+                    UNPACK_PAIRS, "=r,=r,=r,=r,=r,=r,=r,=r,r", [w], dtype=(tl.float32,) * 8, is_pure=True, pack=1)
+            else:  # q + 1032: the offset comes off once per word, as 1032 times the sum of its 8 x
+                q0, q1, q2, q3, q4, q5, q6, q7 = tl.inline_asm_elementwise(
+                    UNPACK_PAIRS_OFFSET, "=r,=r,=r,=r,=r,=r,=r,=r,r", [w], dtype=(tl.float32,) * 8, is_pure=True,
+                    pack=1)
+            x0 = nibble_x(x_ptr, word, word_ok, 0)
+            x1 = nibble_x(x_ptr, word, word_ok, 1)
+            x2 = nibble_x(x_ptr, word, word_ok, 2)
+            x3 = nibble_x(x_ptr, word, word_ok, 3)
+            x4 = nibble_x(x_ptr, word, word_ok, 4)
+            x5 = nibble_x(x_ptr, word, word_ok, 5)
+            x6 = nibble_x(x_ptr, word, word_ok, 6)
+            x7 = nibble_x(x_ptr, word, word_ok, 7)
+            partial += x0[None, :] * q0
+            partial += x1[None, :] * q1
+            partial += x2[None, :] * q2
+            partial += x3[None, :] * q3
+            partial += x4[None, :] * q4
+            partial += x5[None, :] * q5
+            partial += x6[None, :] * q6
+            partial += x7[None, :] * q7
+            if DESIGN == 8:
+                partial -= 1032.0 * (x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7)[None, :]
+        for j in tl.static_range(8 if DESIGN < 6 else 0):
             xj = tl.load(x_ptr + word * 8 + j, mask=word_ok, other=0.0)
             if DESIGN == 1:
                 q = (((w >> (4 * j)) & 0xF) ^ 0x4B000008).to(tl.float32, bitcast=True) - 8388616.0
@@ -164,7 +246,7 @@ def exact_dot_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, B, N, K, stride_xb, 
                  mask=row_ok[:, None] & batch_ok[None, :])
 
 
-ROW_DESIGNS = {"rows sign shift": 2, "rows 3-D": 6}
+ROW_DESIGNS = {"rows sign shift": 2, "rows lop3": 7, "rows lop3 offset": 8}  # round 5 also had "rows 3-D": 6
 DOT_DESIGNS = {"exact dot i2f": (0, 0), "exact dot exp": (1, 0)}  # name: (EXP, X_LEFT); round 4 also had x left
 # (0, 1) and (1, 1), slower at every batch
 
@@ -224,9 +306,6 @@ def candidates(solution, batch=1, row_blocks=ROW_BLOCKS, dot_blocks=DOT_BLOCKS):
         for name, design in DOT_DESIGNS.items():
             found[label(name, block)] = (dot_launcher(design, *block), True)
     return found
-
-
-SASS_KEPT = "BLOCK_N 8 BLOCK_K 512 warps 1 stages 3"  # candidates whose whole SASS is recorded too
 
 
 def opcodes(found: dict) -> tuple:
