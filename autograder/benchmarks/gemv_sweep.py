@@ -150,30 +150,18 @@ def rows_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_w
             partial = tl.sum(q3 * x2.to(tl.float32)[None, :, :], axis=2)
         if DESIGN == 7 or DESIGN == 8:
             if DESIGN == 7:
-                q0, q1, q2, q3, q4, q5, q6, q7 = tl.inline_asm_elementwise(
-                    UNPACK_PAIRS, "=r,=r,=r,=r,=r,=r,=r,=r,r", [w], dtype=(tl.float32,) * 8, is_pure=True, pack=1)
+                q = tl.inline_asm_elementwise(UNPACK_PAIRS, "=r,=r,=r,=r,=r,=r,=r,=r,r", [w], dtype=(tl.float32,) * 8,
+                                              is_pure=True, pack=1)
             else:  # q + 1032: the offset comes off once per word, as 1032 times the sum of its 8 x
-                q0, q1, q2, q3, q4, q5, q6, q7 = tl.inline_asm_elementwise(
-                    UNPACK_PAIRS_OFFSET, "=r,=r,=r,=r,=r,=r,=r,=r,r", [w], dtype=(tl.float32,) * 8, is_pure=True,
-                    pack=1)
-            x0 = nibble_x(x_ptr, word, word_ok, 0)
-            x1 = nibble_x(x_ptr, word, word_ok, 1)
-            x2 = nibble_x(x_ptr, word, word_ok, 2)
-            x3 = nibble_x(x_ptr, word, word_ok, 3)
-            x4 = nibble_x(x_ptr, word, word_ok, 4)
-            x5 = nibble_x(x_ptr, word, word_ok, 5)
-            x6 = nibble_x(x_ptr, word, word_ok, 6)
-            x7 = nibble_x(x_ptr, word, word_ok, 7)
-            partial += x0[None, :] * q0
-            partial += x1[None, :] * q1
-            partial += x2[None, :] * q2
-            partial += x3[None, :] * q3
-            partial += x4[None, :] * q4
-            partial += x5[None, :] * q5
-            partial += x6[None, :] * q6
-            partial += x7[None, :] * q7
+                q = tl.inline_asm_elementwise(UNPACK_PAIRS_OFFSET, "=r,=r,=r,=r,=r,=r,=r,=r,r", [w],
+                                              dtype=(tl.float32,) * 8, is_pure=True, pack=1)
+            xsum = tl.zeros((WORDS,), dtype=tl.float32)
+            for j in tl.static_range(8):
+                xj = nibble_x(x_ptr, word, word_ok, j)
+                partial += xj[None, :] * q[j]
+                xsum += xj
             if DESIGN == 8:
-                partial -= 1032.0 * (x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7)[None, :]
+                partial -= 1032.0 * xsum[None, :]
         for j in tl.static_range(8 if DESIGN < 6 else 0):
             xj = tl.load(x_ptr + word * 8 + j, mask=word_ok, other=0.0)
             if DESIGN == 1:
