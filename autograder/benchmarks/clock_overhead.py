@@ -45,7 +45,9 @@ def inputs_of(case):
 
 
 def fill(t: torch.Tensor) -> torch.Tensor:
-    """What regenerate does to an allocated tensor: random_ for integers, uniform_ for floats."""
+    """The generator alone on an allocated tensor: uniform_ for floats, random_(0, 256) for bytes (what
+    hpcdl.check.regenerate did before it drew full-range integers 8 bytes at a time; the draw from recipes
+    above times what it does now)."""
     return t.random_(0, 256) if not t.dtype.is_floating_point else t.uniform_(-1, 1)
 
 

@@ -26,7 +26,9 @@ against "rows sign shift"'s 88 (1.98x); batch 4: 163 us (1.09x, against 311 for 
 (half the nibbles by the float32 exponent trick instead of a conversion) was 1-2% slower than "rows sign
 shift": the conversions do not set the pace.
 
-Round 5 (H100, 2026-12-06 06:33, results/sweeps/h100-2026-12-06-0633-gemv_sweep-round5.json): no block shape
+Round 5 (H100, 2026-12-06 06:33, results/sweeps/h100-2026-12-06-0633-gemv_sweep-round5.json), batch 1: more
+block shapes and stage counts for "rows sign shift", and "rows 3-D" (x loaded as one [BLOCK_K / 8, 8] block, q
+built for all nibbles as [BLOCK_N, BLOCK_K / 8, 8] and the product summed over the nibbles). No block shape
 or stage count beat the reference's (88 us); "rows 3-D" took 199 us (the sum over the nibbles became shuffles:
 386 SHFL). The reference's loop runs 793 instructions for its 4096 weights, 6.2 per weight a lane: FFMA, I2FP,
 2.9 integer (SHF, SGXT, LEA, ...), loads and x's HADD2.
@@ -41,10 +43,6 @@ word. Compiled offline for sm_90 by Triton 3.7 (BLOCK_N 8, BLOCK_K 512, 1 warp),
 float32 conversions (HADD2) cost what the int-to-float ones did, so a gain of 10% at most is expected. The CPU
 interpreter cannot run inline PTX (a notebook would need a second path there).
 
-Round 5 was: batch 1 only. More block shapes and stage counts for "rows sign shift", and "rows 3-D": x
-loaded as one [BLOCK_K / 8, 8] block (8 consecutive values per word, one vector load) instead of 8 strided
-loads of BLOCK_K / 8, q built for all nibbles as [BLOCK_N, BLOCK_K / 8, 8] and the product summed over the
-nibbles; the best exact dots of round 4 for comparison. Each candidate's SASS opcode counts are recorded.
 Each at several block shapes, beside the solution (autotuned), cuBLAS's float16 GEMV of the dequantized weight
 and torch.compile of dequantize-then-matmul, on new random data in each of RUNS runs; every result checked
 against a float64 reference first (a candidate that fails to compile, run or match is left out, and said).
@@ -123,11 +121,11 @@ def nibble_x(x_ptr, word, word_ok, j: tl.constexpr):
 
 
 @triton.jit
-def rows_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_wn, stride_sn, stride_ob, group,
+def rows_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_wn, stride_sn, stride_ob,
                 GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DESIGN: tl.constexpr):
-    """out[n] = sum_k x[k] * q[n, k] * scale[n, k // GROUP] (batch 1). DESIGN: 2 rows sign shift, 5 rows mixed,
-    6 rows 3-D, 7 rows lop3, 8 rows lop3 offset (rounds 2-3 also had 0 rows, 1 rows one lop, 3 rows fp16
-    products, 4 rows runtime group)."""
+    """out[n] = sum_k x[k] * q[n, k] * scale[n, k // GROUP] (batch 1). DESIGN: 2 rows sign shift, 7 rows lop3,
+    8 rows lop3 offset. (Rounds 2-5 also had 0 rows, 1 rows one lop, 3 rows fp16 products, 4 rows runtime
+    group, 5 rows mixed and 6 rows 3-D, described above; their code is in the history of this file.)"""
     WORDS: tl.constexpr = BLOCK_K // 8
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
@@ -137,18 +135,13 @@ def rows_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_w
         word_ok = word < K // 8
         ok = row_ok[:, None] & word_ok[None, :]
         w = tl.load(words_ptr + rows[:, None] * stride_wn + word[None, :], mask=ok, other=0)
-        if DESIGN == 4:
-            g = word * 8 // group
-        else:
-            g = word * 8 // GROUP
-        s = tl.load(scales_ptr + rows[:, None] * stride_sn + g[None, :], mask=ok, other=0.0)
+        s = tl.load(scales_ptr + rows[:, None] * stride_sn + (word * 8 // GROUP)[None, :], mask=ok, other=0.0)
         partial = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)
-        if DESIGN == 6:  # all nibbles at once: x as [WORDS, 8], q as [BLOCK_N, WORDS, 8]
-            nibble = tl.arange(0, 8)
-            x2 = tl.load(x_ptr + word[:, None] * 8 + nibble[None, :], mask=word_ok[:, None], other=0.0)
-            q3 = ((w[:, :, None] << (28 - 4 * nibble)[None, None, :]) >> 28).to(tl.float32)
-            partial = tl.sum(q3 * x2.to(tl.float32)[None, :, :], axis=2)
-        if DESIGN == 7 or DESIGN == 8:
+        if DESIGN == 2:
+            for j in tl.static_range(8):
+                q = ((w << (28 - 4 * j)) >> 28).to(tl.float32)  # nibble j to the top, back down with its sign
+                partial += nibble_x(x_ptr, word, word_ok, j)[None, :] * q
+        else:
             if DESIGN == 7:
                 q = tl.inline_asm_elementwise(UNPACK_PAIRS, "=r,=r,=r,=r,=r,=r,=r,=r,r", [w], dtype=(tl.float32,) * 8,
                                               is_pure=True, pack=1)
@@ -162,33 +155,16 @@ def rows_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_w
                 xsum += xj
             if DESIGN == 8:
                 partial -= 1032.0 * xsum[None, :]
-        for j in tl.static_range(8 if DESIGN < 6 else 0):
-            xj = tl.load(x_ptr + word * 8 + j, mask=word_ok, other=0.0)
-            if DESIGN == 1:
-                q = (((w >> (4 * j)) & 0xF) ^ 0x4B000008).to(tl.float32, bitcast=True) - 8388616.0
-            elif DESIGN == 2 or DESIGN == 6 or (DESIGN == 5 and j < 4):
-                q = ((w << (28 - 4 * j)) >> 28).to(tl.float32)
-            elif DESIGN == 3:
-                bits = ((((w >> (4 * j)) & 0xF) ^ 0x8) | 0x6400).to(tl.int16)
-                q16 = bits.to(tl.float16, bitcast=True) - 1032.0
-                q = (xj[None, :] * q16).to(tl.float32)
-            else:
-                q = ((((w >> (4 * j)) & 0xF) ^ 0x8) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
-            if DESIGN == 3:
-                partial += q
-            else:
-                partial += xj.to(tl.float32)[None, :] * q
         acc += partial * s.to(tl.float32)
     tl.store(out_ptr + rows, tl.sum(acc, axis=1).to(tl.float16), mask=row_ok)
 
 
 @triton.jit
 def exact_dot_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, B, N, K, stride_xb, stride_wn, stride_sn, stride_ob,
-                     GROUP: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, EXP: tl.constexpr,
-                     X_LEFT: tl.constexpr):
-    """out[b, n] for a BLOCK_B x BLOCK_N tile, one group per step: scale * (q @ x) with q exact in float16 and
+                     GROUP: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, EXP: tl.constexpr):
+    """out[b, n] for a BLOCK_N x BLOCK_B tile, one group per step: scale * (q @ x.T) with q exact in float16 and
     the product summed in float32 by tl.dot. EXP: q by the float16 exponent trick, else by shifts and a
-    conversion. X_LEFT: x[BLOCK_B, GROUP] @ q.T, else q @ x.T."""
+    conversion. (Round 4 also had x on the left, x @ q.T: slower at every batch.)"""
     WORDS: tl.constexpr = GROUP // 8
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     batch = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -198,60 +174,39 @@ def exact_dot_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, B, N, K, stride_xb, 
     p = tl.arange(0, GROUP)
     k_of_p = (p % WORDS) * 8 + p // WORDS  # position p of the dot is nibble p // WORDS of word p % WORDS
     word = tl.arange(0, WORDS)
-    if X_LEFT:
-        acc = tl.zeros((BLOCK_B, BLOCK_N), dtype=tl.float32)
-    else:
-        acc = tl.zeros((BLOCK_N, BLOCK_B), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_N, BLOCK_B), dtype=tl.float32)
     for g in range(0, K // GROUP):
         s = tl.load(scales_ptr + rows * stride_sn + g, mask=row_ok, other=0.0).to(tl.float32)
-        if X_LEFT:
-            w = tl.load(words_ptr + rows[None, :] * stride_wn + (g * WORDS + word)[:, None], mask=row_ok[None, :],
-                        other=0)
-            w3 = w[None, :, :]
-            shift = nibble[:, None, None]
-        else:
-            w = tl.load(words_ptr + rows[:, None] * stride_wn + (g * WORDS + word)[None, :], mask=row_ok[:, None],
-                        other=0)
-            w3 = w[:, None, :]
-            shift = nibble[None, :, None]
+        w = tl.load(words_ptr + rows[:, None] * stride_wn + (g * WORDS + word)[None, :], mask=row_ok[:, None],
+                    other=0)
+        w3 = w[:, None, :]
+        shift = nibble[None, :, None]
         if EXP:
             q = ((((w3 >> (4 * shift)) & 0xF) ^ 0x8) | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - 1032.0
         else:
             q = ((w3 << (28 - 4 * shift)) >> 28).to(tl.float16)
-        if X_LEFT:
-            xg = tl.load(x_ptr + batch[:, None] * stride_xb + (g * GROUP + k_of_p)[None, :], mask=batch_ok[:, None],
-                         other=0.0)
-            acc += tl.dot(xg, tl.reshape(q, (GROUP, BLOCK_N))) * s[None, :]
-        else:
-            xg = tl.load(x_ptr + batch[None, :] * stride_xb + (g * GROUP + k_of_p)[:, None], mask=batch_ok[None, :],
-                         other=0.0)
-            acc += tl.dot(tl.reshape(q, (BLOCK_N, GROUP)), xg) * s[:, None]
-    if X_LEFT:
-        tl.store(out_ptr + batch[:, None] * stride_ob + rows[None, :], acc.to(tl.float16),
-                 mask=batch_ok[:, None] & row_ok[None, :])
-    else:
-        tl.store(out_ptr + batch[None, :] * stride_ob + rows[:, None], acc.to(tl.float16),
-                 mask=row_ok[:, None] & batch_ok[None, :])
+        xg = tl.load(x_ptr + batch[None, :] * stride_xb + (g * GROUP + k_of_p)[:, None], mask=batch_ok[None, :],
+                     other=0.0)
+        acc += tl.dot(tl.reshape(q, (BLOCK_N, GROUP)), xg) * s[:, None]
+    tl.store(out_ptr + batch[None, :] * stride_ob + rows[:, None], acc.to(tl.float16),
+             mask=row_ok[:, None] & batch_ok[None, :])
 
 
-ROW_DESIGNS = {"rows sign shift": 2, "rows lop3": 7, "rows lop3 offset": 8}  # round 5 also had "rows 3-D": 6
-DOT_DESIGNS = {"exact dot i2f": (0, 0), "exact dot exp": (1, 0)}  # name: (EXP, X_LEFT); round 4 also had x left
-# (0, 1) and (1, 1), slower at every batch
+ROW_DESIGNS = {"rows sign shift": 2, "rows lop3": 7, "rows lop3 offset": 8}
+DOT_DESIGNS = {"exact dot i2f": 0, "exact dot exp": 1}  # name: EXP
 
 
 def launcher(kernel, grid, block_n, block_k, warps, stages, **meta):
     """A function of (x, packed, scales, group) that launches `kernel` on grid(B, N) as
-    `kernel(x, words, scales, out, [B,] N, K, strides of x, words, scales and out, GROUP=group, ...)` (B, BLOCK_K
-    and `group=group` where the kernel takes them). Its attribute `compiled` is the last launch's kernel."""
+    `kernel(x, words, scales, out, [B,] N, K, strides of x, words, scales and out, GROUP=group, ...)` (B and
+    BLOCK_K where the kernel takes them). Its attribute `compiled` is the last launch's kernel."""
     def run(x, packed, scales, group=GROUP):
         B, K = x.shape
         N = packed.shape[0]
         words = packed.view(torch.int32)
         out = torch.empty((B, N), dtype=torch.float16, device=x.device)
         sizes = (B, N, K) if "B" in kernel.arg_names else (N, K)
-        extra = {"group": group} if "group" in kernel.arg_names else {}
-        if "BLOCK_K" in kernel.arg_names:
-            extra["BLOCK_K"] = block_k
+        extra = {"BLOCK_K": block_k} if "BLOCK_K" in kernel.arg_names else {}
         run.compiled = kernel[grid(B, N)](x, words, scales, out, *sizes, x.stride(0), words.stride(0),
                                           scales.stride(0), out.stride(0), GROUP=group, BLOCK_N=block_n,
                                           num_warps=warps, num_stages=stages, **extra, **meta)
@@ -264,10 +219,9 @@ def rows_launcher(design, block_n, block_k, warps, stages):
                     DESIGN=design)
 
 
-def dot_launcher(design, block_n, block_k, warps, stages):
-    exp, x_left = design
+def dot_launcher(exp, block_n, block_k, warps, stages):
     return launcher(exact_dot_kernel, lambda B, N: (triton.cdiv(N, block_n), triton.cdiv(B, 16)), block_n, None,
-                    warps, stages, BLOCK_B=16, EXP=exp, X_LEFT=x_left)
+                    warps, stages, BLOCK_B=16, EXP=exp)
 
 
 def solution_at(solution, block_n, block_k, warps, stages):

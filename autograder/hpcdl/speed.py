@@ -167,7 +167,7 @@ def speedup(fn, baseline, make_args, *, min_speedup: float, name: str, baseline_
         t_fn = time_function(lambda: fn(*args)).seconds
         t_base = time_function(lambda: baseline(*args)).seconds
         peak = ceilings.copy_bandwidth(max(bytes_moved // 2, 1 << 30)) if bytes_moved else None
-        how = "GPU medians"
+        how = "GPU median"
     ratio = t_base / t_fn
     report = f"{name}: {t_fn * 1e6:.1f} us ({how}), {baseline_name}: {t_base * 1e6:.1f} us: {ratio:.2f}x"
     if peak and bytes_moved / t_fn > PHYSICAL_LIMIT * peak:
