@@ -5,13 +5,14 @@
 On an H100 (2026-12-05) a twin worker's batch of 20 calls on bias_gelu's inputs (x 16384 x 8192 float16 and a
 bias) took about 10 ms, some 500 us a call: three times the kernel's own time, and the clock subtracts it, so its
 noise lands on the learner's time. This times, in this process, each step of such a batch as the worker does it
-(the least of 5 repeats, synchronized; 20 sets): drawing the inputs from their recipes (hpcdl.check.regenerate: a
-Generator per tensor, an allocation, uniform_), the allocation alone, uniform_ alone into tensors kept from
-before, the Generators alone, encoding the request (the checker's side of wire.py), decoding it (the worker's
-side, which draws), and picking one element of each output; then whole batches (hpcdl_grader.clock.batch_elapsed)
-on a twin worker outside the sandbox. Each for the inputs of 04's bias_gelu and of 05's int4_gemv (x, 112 MiB
-of random bytes, scales), whose twin batches (14-18 ms for 23-28 calls, H100, 2026-12-06) were 7 times the
-kernel's own time.
+(the least of 5 repeats, synchronized; 20 sets): drawing the inputs from their recipes (hpcdl.check.regenerate,
+which on a GPU draws with hpcdl.random_fill's Triton kernel), the same with torch's generators as it drew until
+2026-12-06, the allocation alone, torch's generator alone into tensors kept from before, the Generators alone,
+encoding the request (the checker's side of wire.py, done before the clock starts since 2026-12-06), decoding
+it (the worker's side, which draws), and picking one element of each output; then whole batches
+(hpcdl_grader.clock.batch_elapsed) on a twin worker outside the sandbox. Each for the inputs of 04's bias_gelu
+and of 05's int4_gemv (x, 112 MiB of random bytes, scales), whose twin batches (14-18 ms for 23-28 calls, H100,
+2026-12-06) were 7 times the kernel's own time.
 """
 import io
 import json
@@ -45,10 +46,21 @@ def inputs_of(case):
 
 
 def fill(t: torch.Tensor) -> torch.Tensor:
-    """The generator alone on an allocated tensor: uniform_ for floats, random_(0, 256) for bytes (what
-    hpcdl.check.regenerate did before it drew full-range integers 8 bytes at a time; the draw from recipes
-    above times what it does now)."""
+    """torch's generator alone on an allocated tensor: uniform_ for floats, random_(0, 256) for bytes (the
+    first draws of full-range bytes)."""
     return t.random_(0, 256) if not t.dtype.is_floating_point else t.uniform_(-1, 1)
+
+
+def torch_redraw(t: torch.Tensor) -> torch.Tensor:
+    """The draw from t's recipe as hpcdl.check.regenerate made it on a GPU before it drew with
+    hpcdl.random_fill: torch's generator, uniform_ for floats, random bytes 8 at a time."""
+    r = check.recipe(t)
+    g = torch.Generator(device=t.device)
+    g.set_state(r["state"])
+    if t.dtype.is_floating_point:
+        return torch.empty_like(t).uniform_(r["low"], r["high"], generator=g)
+    words = torch.empty(-(-t.numel() * t.element_size() // 8), dtype=torch.int64, device=t.device)
+    return words.random_(-2**63, 2**63 - 1, generator=g)
 
 
 def least_us(fn) -> float:
@@ -76,11 +88,12 @@ def measure(case: str) -> dict:
     message = {"op": "run_timed", "name": "first_input", "sets": sets, "positions": list(range(CALLS))}
     encoded = wire.encode(message, side="checker")
     steps = {
-        "draw from recipes (as the worker decodes)": lambda: [redraw(t) for t in flat],
+        "draw from recipes (as the worker decodes: hpcdl.random_fill)": lambda: [redraw(t) for t in flat],
+        "draw from recipes with torch's generators (until 2026-12-06)": lambda: [torch_redraw(t) for t in flat],
         "allocation alone (torch.empty)": lambda: [torch.empty_like(t) for t in flat],
-        "random_ or uniform_ alone, into kept tensors": lambda: [fill(t) for t in kept],
+        "torch's random_ or uniform_ alone, into kept tensors": lambda: [fill(t) for t in kept],
         "Generators alone (new + set_state)": lambda: [torch.Generator(device="cuda").set_state(s) for s in states],
-        "encode the request (checker)": lambda: wire.encode(message, side="checker"),
+        "encode the request (checker, before the clock starts)": lambda: wire.encode(message, side="checker"),
         "decode the request (worker: draws)": lambda: wire.receive(io.BytesIO(encoded), hpcdl.device.DEVICE,
                                                                    side="worker"),
         "pick one element of each output": lambda: torch.stack([_element(s[0], 7 * i) for i, s in

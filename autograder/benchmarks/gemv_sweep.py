@@ -33,15 +33,17 @@ or stage count beat the reference's (88 us); "rows 3-D" took 199 us (the sum ove
 386 SHFL). The reference's loop runs 793 instructions for its 4096 weights, 6.2 per weight a lane: FFMA, I2FP,
 2.9 integer (SHF, SGXT, LEA, ...), loads and x's HADD2.
 
-Round 6, here (not yet run on a GPU): batch 1, "rows sign shift" against "rows lop3", whose nibbles become
-float16 pairs in PTX (`tl.inline_asm_elementwise`): per word, one XOR makes the 8 nibbles offset-binary, then
-for each pair (j, j + 4) a shift and one LOP3 put them under float16's exponent of 1024 (`(u >> 4j) &
-0x000F000F | 0x64006400`), one float16x2 subtraction of 1032 leaves q exact, and a conversion per weight gives
-float32. "rows lop3 offset" skips the subtraction and takes 1032 times the sum of each word's 8 x off once per
-word. Compiled offline for sm_90 by Triton 3.7 (BLOCK_N 8, BLOCK_K 512, 1 warp), the whole kernels have 928
-(sign shift), 856 (lop3) and 824 (lop3 offset) instructions, integer ones 351, 283 and 283: the float16 to
-float32 conversions (HADD2) cost what the int-to-float ones did, so a gain of 10% at most is expected. The CPU
-interpreter cannot run inline PTX (a notebook would need a second path there).
+Round 6, here (H100, 2026-12-06 09:36, results/sweeps/h100-2026-12-06-0936-gemv_sweep-round6.json): batch 1, "rows
+sign shift" against "rows lop3", whose nibbles become float16 pairs in PTX (`tl.inline_asm_elementwise`): per word,
+one XOR makes the 8 nibbles offset-binary, then for each pair (j, j + 4) a shift and one LOP3 put them under
+float16's exponent of 1024 (`(u >> 4j) & 0x000F000F | 0x64006400`), one float16x2 subtraction of 1032 leaves q
+exact, and a conversion per weight gives float32. "rows lop3 offset" skips the subtraction and takes 1032 times the
+sum of each word's 8 x off once per word. Compiled offline for sm_90 by Triton 3.7 (BLOCK_N 8, BLOCK_K 512, 1
+warp), the whole kernels have 928 (sign shift), 856 (lop3) and 824 (lop3 offset) instructions, integer ones 351,
+283 and 283: the float16 to float32 conversions (HADD2) cost what the int-to-float ones did, so a gain of 10% at
+most was expected. Measured at 1 x 28672 x 8192: "rows lop3 offset" 87.6 us, the reference 88.7, "rows sign shift"
+89.1, "rows lop3" 96.6 at their best block shapes (cuBLAS 170.9); at 8192 x 8192, 30.4 against 31.6. A gain of 1-4%
+does not pay for the second path a notebook would need (the CPU interpreter cannot run inline PTX).
 
 Each at several block shapes, beside the solution (autotuned), cuBLAS's float16 GEMV of the dequantized weight
 and torch.compile of dequantize-then-matmul, on new random data in each of RUNS runs; every result checked

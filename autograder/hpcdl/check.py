@@ -6,6 +6,7 @@ the learner's kernel launches (see guard.py), checks that inputs were not modifi
 against a reference with a tolerance chosen by dtype. NaN never passes.
 """
 import contextlib
+import hashlib
 import math
 import numbers
 import secrets
@@ -72,17 +73,21 @@ def recipe(t: torch.Tensor) -> dict | None:
 
 
 def regenerate(shape, dtype, state, low, high, device, *, generator=None) -> torch.Tensor:
-    """The draw of random_tensor, from a generator state (or from `generator` as it stands)."""
+    """The draw of random_tensor, from a generator state (or from `generator` as it stands, which it advances)."""
+    if torch.device(device).type == "cuda":  # a grading worker draws timed inputs inside the clock: quickly
+        drawn = _drawn_by_triton(shape, dtype, generator.get_state() if state is None else state, low, high, device)
+        if drawn is not None:
+            if generator is not None:
+                generator.set_offset(generator.get_offset() + 4)  # the next draw differs
+            return drawn
     if generator is None:
         generator = torch.Generator(device=device)
         generator.set_state(state)
-    # One pass over memory where the dtype allows: a grading worker draws timed inputs inside the clock.
     if dtype.is_floating_point and high - low <= torch.finfo(dtype).max:
         return torch.empty(shape, device=device, dtype=dtype).uniform_(low, high, generator=generator)
     if not dtype.is_floating_point and dtype != torch.bool:  # the integers in [low, high)
-        if dtype.itemsize < 8 and (low, high) == (torch.iinfo(dtype).min, torch.iinfo(dtype).max + 1):
-            # Every bit pattern (random bytes): drawn 8 bytes at a time. An H100 drew 112 MiB of uint8 with
-            # random_(0, 256) at 400 GB/s, where float16's uniform_ runs at 1100: the clock subtracts that time.
+        if dtype.itemsize < 8 and _full_range(dtype, low, high):
+            # Every bit pattern (random bytes), drawn 8 bytes at a time: random_(0, 256) is slower.
             n = math.prod(shape)
             words = torch.empty(-(-n * dtype.itemsize // 8), device=device, dtype=torch.int64)
             words.random_(-2**63, 2**63 - 1, generator=generator)
@@ -91,6 +96,29 @@ def regenerate(shape, dtype, state, low, high, device, *, generator=None) -> tor
                                                                       generator=generator)
     x = torch.rand(shape, generator=generator, device=device, dtype=torch.float32)
     return (x * (high - low) + low).to(dtype)
+
+
+# Below this, torch's generators are as fast: a Triton launch costs tens of microseconds of Python. On an H100 and
+# an H200 (2026-12-06, benchmarks.clock_overhead) random_fill drew 04's 256 MiB of float16 in 90-103 us against
+# torch's 236, and 05's three inputs (112 MiB of bytes, 3.5 MiB and 16 KiB of float16) in 113-213 against 113.
+TRITON_DRAW_MIN_BYTES = 64 << 20
+
+
+def _drawn_by_triton(shape, dtype, state, low, high, device) -> torch.Tensor | None:
+    """random_fill's draw seeded by the generator state, for large floats; else None (torch draws)."""
+    from . import random_fill
+
+    if math.prod(shape) * dtype.itemsize < TRITON_DRAW_MIN_BYTES:
+        return None
+    digest = hashlib.blake2b(state.cpu().numpy().tobytes(), digest_size=8).digest()
+    seed = int.from_bytes(digest, "little") >> 2 | 1 << 62  # always 64-bit: one compiled kernel for every seed
+    if dtype in random_fill.UNIFORM_DTYPES and high - low <= torch.finfo(dtype).max:
+        return random_fill.uniform(shape, dtype, seed, low, high, device)
+    return None
+
+
+def _full_range(dtype, low, high) -> bool:
+    return (low, high) == (torch.iinfo(dtype).min, torch.iinfo(dtype).max + 1)
 
 
 # Poison: a quiet NaN with a payload of its own per dtype. float16's and float64's are float32's converted, so

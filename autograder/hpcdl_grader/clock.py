@@ -123,7 +123,7 @@ def batch_elapsed(worker, target, make_args, reference, name, calls) -> tuple:
     against `reference` (unless None)."""
     sets = [make_args() for _ in range(calls)]
     positions = [random.randrange(1 << 62) for _ in sets]
-    request = {"op": "run_timed", **target, "sets": sets, "positions": positions}
+    request = worker.encode({"op": "run_timed", **target, "sets": sets, "positions": positions})
     worker.request({"op": "wake", "wake_s": WAKE_SECONDS}, what=f"waking the card for {name}")
     # The clock stops when an element of every output has arrived: the worker cannot reply before its work
     # is done (these elements are checked below), whatever its own code says about synchronizing.

@@ -279,3 +279,36 @@ def test_number_says_its_value_is_checked_by_hidden_tests(capsys):
 
 def test_render_traceback_is_short():
     assert check.CheckFailed("boom")._render_traceback_() == ["CheckFailed: boom"]
+
+
+@pytest.mark.parametrize("dtype, low, high", [(torch.float16, -1.0, 1.0), (torch.float32, 0.001, 0.02),
+                                              (torch.bfloat16, -4.0, 4.0)])
+def test_triton_draw_is_uniform_covers_odd_sizes_and_repeats_by_seed(dtype, low, high):
+    # What a grading worker on a GPU draws its timed inputs with (check.regenerate on CUDA), run here by the
+    # interpreter: the checker and the worker must draw the same tensor from the same seed.
+    from hpcdl import random_fill
+
+    n = 2 * 8 * random_fill.BLOCK + 37  # past two programs' worth, not a multiple of any block
+    x = random_fill.uniform((n,), dtype, 1 << 62 | 12345, low, high, "cpu")
+    assert x.dtype == dtype and x.shape == (n,)
+    assert torch.equal(x, random_fill.uniform((n,), dtype, 1 << 62 | 12345, low, high, "cpu"))
+    assert not torch.equal(x, random_fill.uniform((n,), dtype, 1 << 62 | 12346, low, high, "cpu"))
+    x = x.double()
+    assert x.isfinite().all() and x.min() >= low and x.max() <= high
+    assert abs(x.mean() - (low + high) / 2) < 0.02 * (high - low)
+    tenths = torch.histc(x, bins=10, min=low, max=high)
+    assert tenths.min() > 0.9 * n / 10 and tenths.max() < 1.1 * n / 10  # no stripe left out by a program
+    assert x[-37:].std() > 0.2 * (high - low)  # the masked tail is drawn too
+
+
+def test_a_recipe_draws_the_same_tensor_twice_on_the_triton_path(monkeypatch):
+    # regenerate takes this path on CUDA only, for large tensors; its seed comes from the state a recipe carries.
+    monkeypatch.setattr(check, "TRITON_DRAW_MIN_BYTES", 0)
+    state = torch.Generator().manual_seed(3).get_state()
+    a = check._drawn_by_triton((33, 9), torch.float16, state, -1.0, 1.0, "cpu")
+    assert torch.equal(a, check._drawn_by_triton((33, 9), torch.float16, state.clone(), -1.0, 1.0, "cpu"))
+    other = torch.Generator().manual_seed(4).get_state()
+    assert not torch.equal(a, check._drawn_by_triton((33, 9), torch.float16, other, -1.0, 1.0, "cpu"))
+    assert check._drawn_by_triton((4,), torch.uint8, state, 0, 256, "cpu") is None  # integers: torch draws
+    monkeypatch.undo()
+    assert check._drawn_by_triton((33, 9), torch.float16, state, -1.0, 1.0, "cpu") is None  # small: torch draws

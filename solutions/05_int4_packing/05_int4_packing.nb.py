@@ -762,7 +762,16 @@ hpcdl.plots.plot_roofline(ceilings.roof("fp16"), ceilings.bandwidth, points,
 #   Converting half the nibbles by the exponent trick instead (no conversion, one more integer instruction)
 #   was 2% slower; loading x as one vector and summing over a 3-D block of nibbles took twice as long (the
 #   sum across nibbles became exchanges between lanes). Getting closer takes what libraries built for this do
-#   (Marlin, for one): weights reordered offline so that one instruction unpacks several.
+#   (Marlin, for one): weights reordered offline so that one instruction unpacks several. Unpacking two
+#   nibbles at a time into float16 pairs with inline PTX (round 6,
+#   `results/sweeps/h100-2026-12-06-0936-gemv_sweep-round6.json`) gained only 1-4%: the conversions to
+#   float32 and the FMAs stay one per weight.
+# - **On an H200** (2026-12-06, the checker's clock, three runs,
+#   `results/speed_cells/h200-2026-12-06-0941-05_int4_packing.json`) the same kernel took 91-100 µs, and
+#   cuBLAS's GEMV 124 µs: 1.24-1.36x, short of the 1.5x the cell below asks. The H200's memory is about 1.4
+#   times as fast as the H100's and its SMs are the same, so a kernel paced by its instructions stays where
+#   it was while one paced by its bytes speeds up. The faster the memory, the less dequantizing on CUDA
+#   cores keeps of INT4's 4x.
 # - **Batches 4 and 16.** One program per batch row pays the unpacking once per row: 302 µs at batch 4
 #   and 1156 µs at batch 16, against cuBLAS's 178-179. Tensor cores make the batch free without losing
 #   precision, because q is an exact integer in float16: `tl.dot` of a group's q (all 8 nibbles, as a
