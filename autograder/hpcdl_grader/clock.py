@@ -52,25 +52,31 @@ def seconds_per_call(worker, target: dict, make_args, reference, name: str) -> t
     Where the twin's batches take longer than the differences (the inputs cost more to draw than the work: 05's
     112 MiB of weights for a GEMV of 90 us, whose 5 pairs put it at 92 to 111 us on an H100), the pairs go on to
     NOISY_REPEATS: the median of more of them."""
+    started = time.perf_counter()
     timed = functools.partial(batch_elapsed, worker, target, make_args, reference, name)
     timed(BATCH_CALLS)
     elapsed, nbytes = timed(BATCH_CALLS)
     calls = calls_per_batch(elapsed / BATCH_CALLS, nbytes)
     empty = empty_batches(worker, make_args, calls)
-    differences, twins = [], []
+    differences, twins, twin_seconds = [], [], 0.0
     try:
         while len(differences) < BATCH_REPEATS or (len(differences) < NOISY_REPEATS and statistics.median(twins)
                                                    > statistics.median(differences)):
             learner = timed(calls)[0]
+            twin_started = time.perf_counter()
             twins.append(next(empty))
+            twin_seconds += time.perf_counter() - twin_started
             differences.append(learner - twins[-1])
     finally:
         empty.close()
+    # What the measurement cost the grading, beside what it measured (the GPU time per submission of a class).
+    wall = time.perf_counter() - started
     return max(statistics.median(differences), 1e-9) / calls, (
         f"checker's clock, fresh inputs per call, {calls} calls a batch, less the {statistics.median(twins) * 1e3:.2f} "
         f"ms that the same batch costs a worker without learner code that does no work with it; the median of "
         f"{len(differences)} pairs, from {min(differences) / calls * 1e6:.1f} to "
-        f"{max(differences) / calls * 1e6:.1f} us a call")
+        f"{max(differences) / calls * 1e6:.1f} us a call; measured in {wall:.1f} s, {twin_seconds:.1f} of them "
+        f"on the twin")
 
 
 def twin_worker(worker):
