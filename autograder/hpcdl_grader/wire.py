@@ -227,7 +227,7 @@ class Decoder:
             raise ProtocolError(f"the worker sent a tensor of {numel} elements in {span} elements' bytes "
                                 f"(an overlapping view): a tensor from the worker has its elements' bytes")
         flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype) if span else torch.empty(0, dtype=dtype)
-        if device.type == "cuda" and span:
+        if self.side == "worker" and device.type == "cuda" and span:
             # Queued behind the draws before it instead of waiting for them: a timed batch's small inputs
             # cost the clock their copy, not a synchronization each (pinned memory, reused by torch's cache).
             return flat.pin_memory().to(device, non_blocking=True).as_strided(shape, stride)
