@@ -21,9 +21,9 @@ UNIFORM_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 @triton.jit(do_not_specialize=["seed"])
 def _uniform_kernel(out_ptr, n, seed, low, span, HALVES: tl.constexpr, BLOCK: tl.constexpr):
     # HALVES = 2: each 32-bit word gives two 16-bit draws (2-byte dtypes); 1: one 24-bit draw.
-    pid = tl.program_id(0).to(tl.int64)
-    words = tl.randint4x(seed, pid * BLOCK + tl.arange(0, BLOCK))
-    first = pid * (4 * HALVES * BLOCK) + tl.arange(0, BLOCK)
+    program = tl.program_id(0).to(tl.int64)
+    words = tl.randint4x(seed, program * BLOCK + tl.arange(0, BLOCK))
+    first = program * (4 * HALVES * BLOCK) + tl.arange(0, BLOCK)
     for k in tl.static_range(4):
         for h in tl.static_range(HALVES):
             if HALVES == 2:
