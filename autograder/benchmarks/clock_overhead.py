@@ -52,15 +52,12 @@ def fill(t: torch.Tensor) -> torch.Tensor:
 
 
 def torch_redraw(t: torch.Tensor) -> torch.Tensor:
-    """The draw from t's recipe as hpcdl.check.regenerate made it on a GPU before it drew with
-    hpcdl.random_fill: torch's generator, uniform_ for floats, random bytes 8 at a time."""
+    """The draw from t's recipe by torch's generators, as hpcdl.check.regenerate drew every input on a GPU before
+    it drew large ones with hpcdl.random_fill."""
     r = check.recipe(t)
     g = torch.Generator(device=t.device)
     g.set_state(r["state"])
-    if t.dtype.is_floating_point:
-        return torch.empty_like(t).uniform_(r["low"], r["high"], generator=g)
-    words = torch.empty(-(-t.numel() * t.element_size() // 8), dtype=torch.int64, device=t.device)
-    return words.random_(-2**63, 2**63 - 1, generator=g)
+    return check.drawn_by_torch(r["shape"], t.dtype, r["low"], r["high"], t.device, g)
 
 
 def least_us(fn) -> float:

@@ -83,10 +83,15 @@ def regenerate(shape, dtype, state, low, high, device, *, generator=None) -> tor
     if generator is None:
         generator = torch.Generator(device=device)
         generator.set_state(state)
+    return drawn_by_torch(shape, dtype, low, high, device, generator)
+
+
+def drawn_by_torch(shape, dtype, low, high, device, generator: torch.Generator) -> torch.Tensor:
+    """regenerate's draw by torch's generators (all of it on a CPU; small tensors and integers on a GPU)."""
     if dtype.is_floating_point and high - low <= torch.finfo(dtype).max:
         return torch.empty(shape, device=device, dtype=dtype).uniform_(low, high, generator=generator)
     if not dtype.is_floating_point and dtype != torch.bool:  # the integers in [low, high)
-        if dtype.itemsize < 8 and _full_range(dtype, low, high):
+        if dtype.itemsize < 8 and (low, high) == (torch.iinfo(dtype).min, torch.iinfo(dtype).max + 1):
             # Every bit pattern (random bytes), drawn 8 bytes at a time: random_(0, 256) is slower.
             n = math.prod(shape)
             words = torch.empty(-(-n * dtype.itemsize // 8), device=device, dtype=torch.int64)
@@ -108,17 +113,12 @@ def _drawn_by_triton(shape, dtype, state, low, high, device) -> torch.Tensor | N
     """random_fill's draw seeded by the generator state, for large floats; else None (torch draws)."""
     from . import random_fill
 
-    if math.prod(shape) * dtype.itemsize < TRITON_DRAW_MIN_BYTES:
+    if (dtype not in random_fill.UNIFORM_DTYPES or high - low > torch.finfo(dtype).max
+            or math.prod(shape) * dtype.itemsize < TRITON_DRAW_MIN_BYTES):
         return None
     digest = hashlib.blake2b(state.cpu().numpy().tobytes(), digest_size=8).digest()
     seed = int.from_bytes(digest, "little") >> 2 | 1 << 62  # always 64-bit: one compiled kernel for every seed
-    if dtype in random_fill.UNIFORM_DTYPES and high - low <= torch.finfo(dtype).max:
-        return random_fill.uniform(shape, dtype, seed, low, high, device)
-    return None
-
-
-def _full_range(dtype, low, high) -> bool:
-    return (low, high) == (torch.iinfo(dtype).min, torch.iinfo(dtype).max + 1)
+    return random_fill.uniform(shape, dtype, seed, low, high, device)
 
 
 # Poison: a quiet NaN with a payload of its own per dtype. float16's and float64's are float32's converted, so
