@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from hpcdl.check import CheckFailed, compare
+from hpcdl.check import CheckFailed, compare, recipe
 from hpcdl.device import ON_GPU
 from hpcdl.speed import (BATCH_CALLS, BATCH_REPEATS, WAKE_SECONDS, ImpossibleSpeed, batch_seconds, calls_per_batch,
                          input_bytes, synchronize)
@@ -77,6 +77,19 @@ def seconds_per_call(worker, target: dict, make_args, reference, name: str) -> t
         f"{len(differences)} pairs, from {min(differences) / calls * 1e6:.1f} to "
         f"{max(differences) / calls * 1e6:.1f} us a call; measured in {wall:.1f} s, {twin_seconds:.1f} of them "
         f"on the twin")
+
+
+def workload(args) -> tuple:
+    """What one call's inputs are, for telling two measurements' workloads apart: each tensor's shape, dtype,
+    device and how it was drawn (not its seed), each other argument's repr."""
+    described = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            drawn = recipe(a) or {}
+            described.append((tuple(a.shape), str(a.dtype), str(a.device), drawn.get("low"), drawn.get("high")))
+        else:
+            described.append(repr(a))
+    return tuple(described)
 
 
 def twin_worker(worker):

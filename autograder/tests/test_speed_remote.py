@@ -154,3 +154,29 @@ def test_pairs_go_on_where_drawing_the_inputs_costs_more_than_the_work(monkeypat
     seconds, how = clock.seconds_per_call(None, {"name": "f"}, None, None, "f")
     assert seconds == pytest.approx(0.01 / clock.calls_per_batch(0.03 / clock.BATCH_CALLS, 1 << 20))
     assert f"the median of {pairs} pairs" in how
+
+
+def test_one_measurement_serves_every_yardstick_of_a_workload(monkeypatch):
+    """A speed cell that compares one function with several yardsticks measures it once per workload: the same
+    name, reference and inputs (shapes, dtypes, how they are drawn; not their seeds) reuse it, anything else
+    is measured again."""
+    measured = []
+
+    def fake_clock(worker, target, make_args, reference, name):
+        measured.append(name)
+        return 1e-3 * len(measured), "checker's clock"
+
+    monkeypatch.setattr(clock, "seconds_per_call", fake_clock)
+    fn = remote.RemoteCallable(None, "softmax")
+
+    def draws(rows, low=-1.0):
+        return lambda: (check.random_tensor((rows, 8), generator=check.generator(check.new_seed()), low=low),)
+
+    first = fn.seconds_per_call(draws(4), torch.softmax, "softmax at 4 x 8")
+    again = fn.seconds_per_call(draws(4), torch.softmax, "softmax at 4 x 8")
+    assert again[0] == first[0] and "the measurement above" in again[1] and len(measured) == 1
+    name = "softmax at 4 x 8"
+    for other in [(draws(5), torch.softmax, name), (draws(4, low=-20.0), torch.softmax, name),
+                  (draws(4), torch.log_softmax, name), (draws(4), torch.softmax, "softmax, another workload")]:
+        fn.seconds_per_call(*other)
+    assert len(measured) == 5
