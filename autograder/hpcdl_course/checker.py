@@ -129,6 +129,7 @@ class Checker:
         seconds["starting the worker and running the answer cells"] = time.perf_counter() - started
         ns = self.namespace()
         for cell in run_order(self.cells):
+            remote.forget_measurements()  # one measurement serves the yardsticks of its own cell only
             printed = CappedText()
             error = None
             started = time.perf_counter()

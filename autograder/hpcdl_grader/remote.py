@@ -196,6 +196,14 @@ class WorkerProcess:
         return text
 
 
+_measured = {}  # this cell's measurements: (worker, target, name, reference, workload) -> (seconds, how)
+
+
+def forget_measurements() -> None:
+    """A new cell begins: whatever it measures, it measures again."""
+    _measured.clear()
+
+
 class RemoteCallable(Elsewhere):
     """A function, class or callable object defined by the learner's code, living in the worker."""
 
@@ -203,7 +211,6 @@ class RemoteCallable(Elsewhere):
                  label: str | None = None, attr: str | None = None):
         self._worker, self._name, self._handle, self._attr = worker, name, handle, attr
         self.__name__ = label or name or "object"
-        self._measured = {}  # (name, reference, workload) -> seconds_per_call's answer
 
     def _target(self) -> dict:
         t = {"name": self._name} if self._handle is None else {"handle": self._handle}
@@ -228,15 +235,16 @@ class RemoteCallable(Elsewhere):
         return clock.alone_on_the_card(self._worker)
 
     def seconds_per_call(self, make_args, reference, name: str) -> tuple:
-        """clock.seconds_per_call, measured once for each workload: a speed cell that sets one measurement
-        beside several yardsticks (03's softmax beside the copy speed, torch.softmax and the naive softmax)
-        does not pay the card's time for it again. The answer is the same measurement, checked as it was."""
-        key = (name, reference, clock.workload(make_args()))
-        if key in self._measured:
-            seconds, how = self._measured[key]
+        """clock.seconds_per_call, measured once for each workload of a cell: a speed cell that sets one
+        measurement beside several yardsticks (03's softmax beside the copy speed, torch.softmax and the naive
+        softmax) does not pay the card's time for it again. The answer is the same measurement, checked as it
+        was. The next cell measures again (forget_measurements)."""
+        key = (id(self._worker), repr(self._target()), name, reference, clock.workload(make_args()))
+        if key in _measured:
+            seconds, how = _measured[key]
             return seconds, f"{how}; the measurement above, compared again"
-        self._measured[key] = clock.seconds_per_call(self._worker, self._target(), make_args, reference, name)
-        return self._measured[key]
+        _measured[key] = clock.seconds_per_call(self._worker, self._target(), make_args, reference, name)
+        return _measured[key]
 
     def resident_bytes(self) -> int:
         """The worker's resident set and that of every process it started, read here from /proc: nothing the

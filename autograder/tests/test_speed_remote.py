@@ -159,8 +159,9 @@ def test_pairs_go_on_where_drawing_the_inputs_costs_more_than_the_work(monkeypat
 def test_one_measurement_serves_every_yardstick_of_a_workload(monkeypatch):
     """A speed cell that compares one function with several yardsticks measures it once per workload: the same
     name, reference and inputs (shapes, dtypes, how they are drawn; not their seeds) reuse it, anything else
-    is measured again."""
+    is measured again, and so is everything once the next cell begins."""
     measured = []
+    remote.forget_measurements()
 
     def fake_clock(worker, target, make_args, reference, name):
         measured.append(name)
@@ -180,3 +181,6 @@ def test_one_measurement_serves_every_yardstick_of_a_workload(monkeypatch):
                   (draws(4), torch.log_softmax, name), (draws(4), torch.softmax, "softmax, another workload")]:
         fn.seconds_per_call(*other)
     assert len(measured) == 5
+    remote.forget_measurements()
+    assert "the measurement above" not in fn.seconds_per_call(draws(4), torch.softmax, name)[1]
+    assert len(measured) == 6

@@ -779,6 +779,12 @@ hpcdl.plots.plot_roofline(ceilings.roof("fp16"), ceilings.bandwidth, points,
 #   multiplies that float32 sum. Round 4 measured such a kernel at 163 µs at batch 4 and 171 µs at batch 16
 #   (1.09x and 1.02x cuBLAS), but 144 µs at batch 1, where the padded batch and the trip through shared
 #   memory cost more than they save. A decoder serving several requests at once would use it there.
+#   Round 7 (`results/sweeps/h100-2026-12-06-1345-gemv_sweep-round7.json`) keeps the weights off that trip:
+#   nibbles `j` and `j + 4` of a word lie 16 bits apart, so one shift and one AND of the word make both
+#   float16 at once (exact subnormals, `(q + 8) * 2**-24`), and one `tl.dot` per pair of nibbles takes them
+#   where they are. It took 102 µs at batch 4 and 100 µs at batch 16 (1.74x and 1.77x cuBLAS), and 82 µs at
+#   batch 1 (5% faster than this notebook's design), but 78 µs at 8192 × 8192, where too few programs of 32
+#   rows are left to fill the card (this design: 34 µs).
 # - Each call also costs about 66 µs of CPU (checking the inputs, the autotuner, Triton's launcher,
 #   `benchmarks.gemv_cpu_bound`). At 8192 × 8192 that is more than the GPU's 38: back-to-back calls from
 #   Python would wait on the launches, not on memory. That is why the graded shape is a 70B model's MLP
