@@ -204,6 +204,16 @@ def forget_measurements() -> None:
     _measured.clear()
 
 
+def _identity(reference):
+    """The reference itself where it can be a dict key (a function), else the object's id (a callable object
+    whose class defines __eq__ without __hash__): a speed cell must not fail on its reference's class."""
+    try:
+        hash(reference)
+    except TypeError:
+        return id(reference)
+    return reference
+
+
 class RemoteCallable(Elsewhere):
     """A function, class or callable object defined by the learner's code, living in the worker."""
 
@@ -239,7 +249,7 @@ class RemoteCallable(Elsewhere):
         measurement beside several yardsticks (03's softmax beside the copy speed, torch.softmax and the naive
         softmax) does not pay the card's time for it again. The answer is the same measurement, checked as it
         was. The next cell measures again (forget_measurements)."""
-        key = (id(self._worker), repr(self._target()), name, reference, clock.workload(make_args()))
+        key = (id(self._worker), repr(self._target()), name, _identity(reference), clock.workload(make_args()))
         if key in _measured:
             seconds, how = _measured[key]
             return seconds, f"{how}; the measurement above, compared again"

@@ -184,3 +184,14 @@ def test_one_measurement_serves_every_yardstick_of_a_workload(monkeypatch):
     remote.forget_measurements()
     assert "the measurement above" not in fn.seconds_per_call(draws(4), torch.softmax, name)[1]
     assert len(measured) == 6
+
+    class Unhashable:  # a reference object whose class compares by value
+        __hash__ = None
+
+        def __call__(self, x):
+            return torch.softmax(x, -1)
+
+    reference = Unhashable()
+    fn.seconds_per_call(draws(4), reference, name)
+    assert "the measurement above" in fn.seconds_per_call(draws(4), reference, name)[1]
+    assert len(measured) == 7
