@@ -223,8 +223,8 @@ def exact_dot_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, B, N, K, stride_xb, 
 def pairs_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, B, N, K, stride_xb, stride_wn, stride_sn, stride_ob,
                  GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_B: tl.constexpr, OFFSET: tl.constexpr):
     """out[b, n] for a BLOCK_N x BLOCK_B tile, 128 weights (16 words) a step, four tl.dot a scale group, one for
-    each nibble pair (j, j + 4) as float16 pairs (round 7, above). OFFSET: 0 "pairs sub", 1 "pairs dot", 2
-    "pairs exponent"."""
+    each nibble pair (j, j + 4) as float16 pairs (round 7, above); K a multiple of 128, as in SHAPES. OFFSET: 0
+    "pairs sub", 1 "pairs dot", 2 "pairs exponent"."""
     SUB: tl.constexpr = 128 // GROUP if GROUP < 128 else 1  # scale groups a step
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     batch = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -308,8 +308,8 @@ def label(name, block):
 
 
 def candidates(solution, batch=1, row_blocks=ROW_BLOCKS, dot_blocks=DOT_BLOCKS, pair_blocks=PAIR_BLOCKS):
-    """label -> (function of (x, packed, scales), True): the row designs and the reference's kernel at batch 1
-    only; the exact dots and the pairs at every batch."""
+    """label -> (function of (x, packed, scales), True): the row designs at batch 1 only; the solution
+    (autotuned), the exact dots and the pairs at every batch."""
     found = {"solution (autotuned)": (lambda x, p, s: solution.int4_gemv(x, p, s, GROUP), True)}
     for block in row_blocks if batch == 1 else []:
         for name, design in ROW_DESIGNS.items():

@@ -173,10 +173,10 @@ def test_one_measurement_serves_every_yardstick_of_a_workload(monkeypatch):
     def draws(rows, low=-1.0):
         return lambda: (check.random_tensor((rows, 8), generator=check.generator(check.new_seed()), low=low),)
 
-    first = fn.seconds_per_call(draws(4), torch.softmax, "softmax at 4 x 8")
-    again = fn.seconds_per_call(draws(4), torch.softmax, "softmax at 4 x 8")
-    assert again[0] == first[0] and "the measurement above" in again[1] and len(measured) == 1
     name = "softmax at 4 x 8"
+    first = fn.seconds_per_call(draws(4), torch.softmax, name)
+    again = fn.seconds_per_call(draws(4), torch.softmax, name)
+    assert again[0] == first[0] and "the measurement above" in again[1] and len(measured) == 1
     for other in [(draws(5), torch.softmax, name), (draws(4, low=-20.0), torch.softmax, name),
                   (draws(4), torch.log_softmax, name), (draws(4), torch.softmax, "softmax, another workload")]:
         fn.seconds_per_call(*other)
