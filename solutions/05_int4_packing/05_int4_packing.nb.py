@@ -300,6 +300,27 @@ for params in (7e9, 70e9):
 # [Arithmetic Instructions](https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#arithmetic-instructions)),
 # but one conversion is not what holds this kernel back: its arrangement is (below).
 #
+# **One instruction per weight: the subnormal trick.** A float32 whose sign and exponent bits are all 0 is
+# a *subnormal*: its value is its 23 low bits read as an integer, times `2**-149`, with no leading 1 added.
+# One bit further still holds: exponent bits `00000001` give `(2**23 + mantissa) * 2**-149`, again the bits
+# read as an integer. So any 32-bit pattern with bits 24 .. 31 clear, read as float32, is that integer times
+# `2**-149`, exactly. Turn every nibble of a word into offset binary once, `u = w ^ 0x88888888` (nibble
+# `n ^ 8` is `q + 8`, from 0 to 15); then for nibbles 0 to 5 **one AND** does the whole unpacking:
+#
+# ```
+# (u & (0xF << 4 * j)).to(tl.float32, bitcast=True)  ==  (q + 8) * 2**(4 * j - 149)     (j = 0 .. 5)
+# ```
+#
+# no shift, no sign, no conversion. One logical shift of the word, `u >> 8` (as `tl.uint32`), brings
+# nibbles 6 and 7 down to bits 16 .. 23 for the same treatment. The tiny power of two goes into `x`:
+# `x * 2**(110 - 4 * j)` times it is `x * (q + 8) * 2**-39`, exact in float32 (x has 11 significant bits,
+# `q + 8` four, a float32 24) and far inside its range for every float16 `x`. The 8 comes off once per word
+# (subtract `8 * 2**-39` times the sum of the word's 8 x), the `2**39` once per output. NVIDIA GPUs add and
+# multiply subnormals in their FMA units at full speed (NVIDIA's
+# [Flush Denormals with Confidence](https://developer.nvidia.com/blog/cuda-pro-tip-flush-denormals-confidence/));
+# Triton does not flush float32 subnormals to zero (its PTX has no `.ftz`), nor does the CPU interpreter.
+# The reference solution unpacks this way (measured against the shifts below, in *Reading the numbers*).
+#
 # **Where the scale goes.** A group's weights share one scale, so multiply the sum of `x * q` over the
 # group's weights by the scale once, not each weight. A scale covers `group_size` weights, a multiple of 8:
 # so every 8 consecutive weights of a row (one 32-bit word of the packed row) share one scale. Make the
@@ -390,13 +411,21 @@ def int4_gemv_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, str
         w = tl.load(words_ptr + rows[:, None] * stride_wn + word[None, :], mask=block_ok, other=0)
         group = word * 8 // GROUP  # the 8 weights of a word share one scale; GROUP a constexpr: a shift
         s = tl.load(scales_ptr + rows[:, None] * stride_sn + group[None, :], mask=block_ok, other=0.0)
-        partial = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)  # sum of x * q per word
+        u = w ^ -0x77777778  # ^ 0x88888888: every nibble becomes q + 8, from 0 to 15
+        u67 = u.to(tl.uint32, bitcast=True) >> 8  # nibbles 6 and 7 down to bits 16 .. 23
+        xsum = tl.zeros((WORDS,), dtype=tl.float32)  # each word's 8 x: the + 8 comes off once per word
+        partial = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)  # sum of x * (q + 8) per word, times 2**-39
         for j in tl.static_range(8):
             xj = tl.load(x_ptr + b * stride_xb + word * 8 + j, mask=word_ok, other=0.0).to(tl.float32)
-            q = ((w << (28 - 4 * j)) >> 28).to(tl.float32)  # nibble j to the top, back down with its sign
-            partial += xj[None, :] * q
-        acc += partial * s.to(tl.float32)
-    tl.store(out_ptr + b * stride_ob + rows, tl.sum(acc, axis=1).to(tl.float16), mask=row_ok)
+            xsum += xj
+            if j < 6:
+                f = (u & (0xF << 4 * j)).to(tl.float32, bitcast=True)  # (q + 8) * 2**(4j - 149), exact
+                partial += (xj * 2.0 ** (110 - 4 * j))[None, :] * f
+            else:
+                f = (u67 & (0xF << 4 * j - 8)).to(tl.float32, bitcast=True)  # (q + 8) * 2**(4j - 157)
+                partial += (xj * 2.0 ** (118 - 4 * j))[None, :] * f
+        acc += (partial - 2.0 ** -36 * xsum[None, :]) * s.to(tl.float32)  # 8 * 2**-39 = 2**-36
+    tl.store(out_ptr + b * stride_ob + rows, (tl.sum(acc, axis=1) * 2.0 ** 39).to(tl.float16), mask=row_ok)
     ### END SOLUTION
 
 
@@ -748,30 +777,28 @@ hpcdl.plots.plot_roofline(ceilings.roof("fp16"), ceilings.bandwidth, points,
 # - How much of it a kernel gets depends on its instructions per weight and on how they are arranged:
 #   one scale per word, a constexpr group size, one sum per word column added up once, few rows per
 #   program.
-# - **On an H100** (2026-12-06, `do_bench` medians of three runs, `benchmarks.gemv_sweep` rounds 3-5,
-#   `results/sweeps/h100-2026-12-06-0339-gemv_sweep-round3.json`, `-0625-gemv_sweep-round4.json`,
-#   `-0633-gemv_sweep-round5.json`): at 1 × 28672 × 8192 the kernel of the reference solution took 88 µs in
-#   each round, where cuBLAS's float16 GEMV took 172-175 µs (close to 2x) and torch.compile of
-#   dequantize-then-matmul 373-379 µs; at 8192 × 8192, 31-34 µs against 58 (1.7-1.8x). Its weights move at
-#   about 1.4 TB/s, under half of what the card copies, so the 4x the bytes allow is not reached.
-# - **Where the time goes.** The compiled loop (its SASS, recorded by round 5) runs 6.2 instructions per
-#   weight: a conversion to float and an FMA, 2.9 integer instructions (the shift and sign extension that pull
-#   out the nibble, addresses), the loads and x's conversion. At 128 lanes per clock per SM, issuing them
-#   takes about 48 µs of the 88 at 1.8 GHz; reading the 121 MB at copy speed takes 40. The instructions, not
-#   the bytes, set the pace; what they leave over is latency that 32 one-warp programs per SM do not hide.
-#   Converting half the nibbles by the exponent trick instead (no conversion, one more integer instruction)
-#   was 2% slower; loading x as one vector and summing over a 3-D block of nibbles took twice as long (the
-#   sum across nibbles became exchanges between lanes). Getting closer takes what libraries built for this do
-#   (Marlin, for one): weights reordered offline so that one instruction unpacks several. Unpacking two
-#   nibbles at a time into float16 pairs with inline PTX (round 6,
-#   `results/sweeps/h100-2026-12-06-0936-gemv_sweep-round6.json`) gained only 1-4%: the conversions to
-#   float32 and the FMAs stay one per weight.
-# - **On an H200** (2026-12-06, the checker's clock, three runs,
-#   `results/speed_cells/h200-2026-12-06-0941-05_int4_packing.json`) the same kernel took 91-100 µs, and
-#   cuBLAS's GEMV 124 µs: 1.24-1.36x, short of the 1.5x the cell below asks. The H200's memory is about 1.4
-#   times as fast as the H100's and its SMs are the same, so a kernel paced by its instructions stays where
-#   it was while one paced by its bytes speeds up. The faster the memory, the less dequantizing on CUDA
-#   cores keeps of INT4's 4x.
+# - **On an H100** (2026-12-06 15:51, `do_bench` medians of two runs, `benchmarks.gemv_sweep` round 8,
+#   `results/sweeps/h100-2026-12-06-1551-gemv_sweep-round8.json`): at 1 × 28672 × 8192 the reference
+#   solution, which unpacks by the subnormal trick, took 84.7 µs, where cuBLAS's float16 GEMV took 171.9
+#   (2.03x) and torch.compile of dequantize-then-matmul 373.8; the same kernel with two shifts and a
+#   conversion per weight, the course's earlier reference, took 88.2. At 8192 × 8192: 30.8 µs against
+#   cuBLAS's 58.2 (1.88x; the shifts: 32.4 at their best block shape). Its weights move at about 1.4 TB/s,
+#   under half of what the card copies, so the 4x the bytes allow is not reached.
+# - **Where the time goes.** The trick removed what rounds 3-6 could not: the conversion (I2FP) and the sign
+#   extension (SGXT) of every weight. The compiled kernel (BLOCK_N 8, BLOCK_K 512, one warp; Triton 3.6's
+#   SASS, recorded by round 8) went from 912 instructions to 808, but its time only from 88 to 85 µs. So
+#   issuing instructions no longer sets the pace: each one-warp program loads a step's words, waits for
+#   them, then computes on them, and the 25 such programs an SM can hold (80 registers each, as Triton 3.7
+#   compiles it for sm_90) do not hide that wait. Before it, converting half the nibbles by the exponent trick was 2% slower (round 3), summing over
+#   a 3-D block of nibbles took twice as long (the sum became exchanges between lanes, round 5), and float16
+#   pairs unpacked in inline PTX gained 1-4% (round 6). Libraries built for this (Marlin, for one) go further
+#   with weights reordered offline and loads issued several steps ahead of the arithmetic.
+# - **On an H200** (2026-12-06 09:41, the checker's clock, three runs,
+#   `results/speed_cells/h200-2026-12-06-0941-05_int4_packing.json`) the earlier reference took 91-100 µs,
+#   and cuBLAS's GEMV 124 µs: 1.24-1.36x, short of the 1.5x the cell below asks. The H200's memory is about
+#   1.4 times as fast as the H100's and its SMs are the same, so a kernel paced by its bytes speeds up and
+#   one paced by anything else does not: the faster the memory, the less dequantizing on CUDA cores keeps of
+#   INT4's 4x. The subnormal trick's kernel has not been measured on an H200 yet.
 # - **Batches 4 and 16.** One program per batch row pays the unpacking once per row: 302 µs at batch 4
 #   and 1156 µs at batch 16, against cuBLAS's 178-179. Tensor cores make the batch free without losing
 #   precision, because q is an exact integer in float16: `tl.dot` of a group's q (all 8 nibbles, as a
@@ -783,8 +810,8 @@ hpcdl.plots.plot_roofline(ceilings.roof("fp16"), ceilings.bandwidth, points,
 #   nibbles `j` and `j + 4` of a word lie 16 bits apart, so one shift and one AND of the word make both
 #   float16 at once (exact subnormals, `(q + 8) * 2**-24`), and one `tl.dot` per pair of nibbles takes them
 #   where they are. It took 102 µs at batch 4 and 100 µs at batch 16 (1.74x and 1.77x cuBLAS), and 82 µs at
-#   batch 1 (5% faster than this notebook's design), but 78 µs at 8192 × 8192, where too few programs of 32
-#   rows are left to fill the card (this design: 34 µs).
+#   batch 1 (this notebook's kernel: 85 in round 8), but 78 µs at 8192 × 8192, where too few programs of 32
+#   rows are left to fill the card (this notebook's kernel: 31).
 # - Each call also costs about 66 µs of CPU (checking the inputs, the autotuner, Triton's launcher,
 #   `benchmarks.gemv_cpu_bound`). At 8192 × 8192 that is more than the GPU's 38: back-to-back calls from
 #   Python would wait on the launches, not on memory. That is why the graded shape is a 70B model's MLP

@@ -254,12 +254,21 @@ def int4_gemv_kernel():
             ok = (rows < N)[:, None] & (word < K // 8)[None, :]
             w = tl.load(words_ptr + rows[:, None] * stride_wn + word[None, :], mask=ok, other=0)
             s = tl.load(scales_ptr + rows[:, None] * stride_sn + (word * 8 // GROUP)[None, :], mask=ok, other=0.0)
-            partial = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)
+            u = w ^ -0x77777778  # every nibble q + 8 (05's subnormal trick)
+            u67 = u.to(tl.uint32, bitcast=True) >> 8
+            xsum = tl.zeros((WORDS,), dtype=tl.float32)
+            partial = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)  # x * (q + 8) * 2**-39 per word
             for j in tl.static_range(8):
                 xj = tl.load(x_ptr + b * stride_xb + word * 8 + j, mask=word < K // 8, other=0.0).to(tl.float32)
-                partial += xj[None, :] * ((w << (28 - 4 * j)) >> 28).to(tl.float32)  # nibble j, signed
-            acc += partial * s.to(tl.float32)
-        tl.store(out_ptr + b * stride_ob + rows, tl.sum(acc, axis=1).to(tl.float16), mask=rows < N)
+                xsum += xj
+                if j < 6:
+                    f = (u & (0xF << 4 * j)).to(tl.float32, bitcast=True)  # (q + 8) * 2**(4j - 149)
+                    partial += (xj * 2.0 ** (110 - 4 * j))[None, :] * f
+                else:
+                    f = (u67 & (0xF << 4 * j - 8)).to(tl.float32, bitcast=True)  # (q + 8) * 2**(4j - 157)
+                    partial += (xj * 2.0 ** (118 - 4 * j))[None, :] * f
+            acc += (partial - 2.0 ** -36 * xsum[None, :]) * s.to(tl.float32)
+        tl.store(out_ptr + b * stride_ob + rows, (tl.sum(acc, axis=1) * 2.0 ** 39).to(tl.float16), mask=rows < N)
 
     return kernel
     ### END SOLUTION
