@@ -166,6 +166,24 @@ def nibble_x(x_ptr, word, word_ok, j: tl.constexpr):
 
 
 @triton.jit
+def subnormal_partial(w, x_ptr, word, word_ok):
+    """Each word's sum of x * q over its 8 nibbles, in units of 2**-39 ("rows subnormal", round 8)."""
+    u = w ^ -0x77777778  # ^ 0x88888888: every nibble becomes q + 8 in [0, 15]
+    hi = u.to(tl.uint32, bitcast=True) >> 8  # nibbles 6 and 7 to bits 16-23
+    xsum = tl.zeros(word.shape, dtype=tl.float32)
+    partial = tl.zeros(w.shape, dtype=tl.float32)
+    for j in tl.static_range(8):
+        xj = nibble_x(x_ptr, word, word_ok, j)
+        xsum += xj
+        if j < 6:  # bits 0-23 with bits 24-31 clear, read as float32, are that integer times 2**-149
+            f = (u & (0xF << (4 * j))).to(tl.float32, bitcast=True)  # (q + 8) * 2**(4 j - 149)
+        else:
+            f = (hi & (0xF << (4 * j - 8))).to(tl.float32, bitcast=True)  # (q + 8) * 2**(4 j - 157)
+        partial += (xj * (2.0 ** (110 - 4 * j + 8 * (j >= 6))))[None, :] * f  # x (q + 8) 2**-39, exact
+    return partial - (8.0 * 2.0 ** -39) * xsum[None, :]
+
+
+@triton.jit
 def rows_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_wn, stride_sn, stride_ob,
                 GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DESIGN: tl.constexpr):
     """out[n] = sum_k x[k] * q[n, k] * scale[n, k // GROUP] (batch 1). DESIGN: 2 rows sign shift, 7 rows lop3,
@@ -187,18 +205,7 @@ def rows_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_w
                 q = ((w << (28 - 4 * j)) >> 28).to(tl.float32)  # nibble j to the top, back down with its sign
                 partial += nibble_x(x_ptr, word, word_ok, j)[None, :] * q
         elif DESIGN == 9:
-            u = w ^ -0x77777778  # ^ 0x88888888: every nibble becomes q + 8 in [0, 15]
-            hi = u.to(tl.uint32, bitcast=True) >> 8  # nibbles 6 and 7 to bits 16-23
-            xsum = tl.zeros((WORDS,), dtype=tl.float32)
-            for j in tl.static_range(8):
-                xj = nibble_x(x_ptr, word, word_ok, j)
-                xsum += xj
-                if j < 6:  # bits 0-23 with exponent bits 24-30 clear read as float32 are bits * 2**-149
-                    f = (u & (0xF << (4 * j))).to(tl.float32, bitcast=True)  # (q + 8) * 2**(4 j - 149)
-                else:
-                    f = (hi & (0xF << (4 * j - 8))).to(tl.float32, bitcast=True)  # (q + 8) * 2**(4 j - 157)
-                partial += (xj * (2.0 ** (110 - 4 * j + 8 * (j >= 6))))[None, :] * f  # x (q + 8) 2**-39
-            partial -= (8.0 * 2.0 ** -39) * xsum[None, :]
+            partial = subnormal_partial(w, x_ptr, word, word_ok)
         else:
             if DESIGN == 7:
                 q = tl.inline_asm_elementwise(UNPACK_PAIRS, "=r,=r,=r,=r,=r,=r,=r,=r,r", [w], dtype=(tl.float32,) * 8,
@@ -218,24 +225,6 @@ def rows_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_w
     if DESIGN == 9:
         total = total * 2.0 ** 39
     tl.store(out_ptr + rows, total.to(tl.float16), mask=row_ok)
-
-
-@triton.jit
-def subnormal_step(acc, w, s, x_ptr, word, word_ok):
-    """acc + the sum over a step's words of x * q * scale, in units of 2**-39 ("rows subnormal")."""
-    u = w ^ -0x77777778
-    hi = u.to(tl.uint32, bitcast=True) >> 8
-    xsum = tl.zeros(word.shape, dtype=tl.float32)
-    partial = tl.zeros(acc.shape, dtype=tl.float32)
-    for j in tl.static_range(8):
-        xj = nibble_x(x_ptr, word, word_ok, j)
-        xsum += xj
-        if j < 6:
-            f = (u & (0xF << (4 * j))).to(tl.float32, bitcast=True)
-        else:
-            f = (hi & (0xF << (4 * j - 8))).to(tl.float32, bitcast=True)
-        partial += (xj * (2.0 ** (110 - 4 * j + 8 * (j >= 6))))[None, :] * f
-    return acc + (partial - (8.0 * 2.0 ** -39) * xsum[None, :]) * s.to(tl.float32)
 
 
 @triton.jit
@@ -259,7 +248,7 @@ def prefetch_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stri
         w_next = tl.load(words_ptr + rows[:, None] * stride_wn + word_next[None, :], mask=ok, other=0)
         s_next = tl.load(scales_ptr + rows[:, None] * stride_sn + (word_next * 8 // GROUP)[None, :], mask=ok,
                          other=0.0)
-        acc = subnormal_step(acc, w, s, x_ptr, word, word_ok)
+        acc += subnormal_partial(w, x_ptr, word, word_ok) * s.to(tl.float32)
         w, s, word, word_ok = w_next, s_next, word_next, next_ok
     tl.store(out_ptr + rows, (tl.sum(acc, axis=1) * 2.0 ** 39).to(tl.float16), mask=row_ok)
 
