@@ -448,8 +448,17 @@ def raises(fn, args, exception=ValueError, *, name=None, because="", hidden=Fals
             print(f"{name}: raises {type(e).__name__} {because}: {e}")
         return
     except Exception as e:
-        raise CheckFailed(f"{name} raised {type(e).__name__} {because}; expected {exception.__name__}") from None
+        said = "" if hidden else _said(e)
+        raise CheckFailed(f"{name} raised {type(e).__name__} {because}; expected {exception.__name__}"
+                          + (f" (it said: {said})" if said else "")) from None
     raise CheckFailed(f"{name} returned normally {because}; it should raise {exception.__name__}")
+
+
+def _said(e: Exception, lines: int = 3, limit: int = 400) -> str:
+    """The first lines of an exception's message, on one line: what a crash report or a wrong exception
+    says about itself (the learner's own code raised it)."""
+    text = " | ".join(line.strip() for line in str(e).strip().splitlines()[:lines] if line.strip())
+    return text if len(text) <= limit else text[:limit] + " ..."
 
 
 def accepts(fn, args, *, name=None, because="", hidden=False) -> None:

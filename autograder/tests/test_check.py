@@ -148,6 +148,19 @@ def test_raises():
         check.raises(lambda x: x + "a", (1,), ValueError)
 
 
+def test_raises_says_what_the_wrong_exception_said():
+    def crashes(x):  # as hpcdl.isolation reports a C++ extension that died: the reason, then its last output
+        raise RuntimeWarning("ext.f() crashed (signal 6, SIGABRT). The process was stopped.\n\nterminate called\n"
+                             "line three\nline four")
+    with pytest.raises(CheckFailed) as failed:
+        check.raises(crashes, (1,), ValueError, because="for 3 values")
+    assert str(failed.value) == ("crashes raised RuntimeWarning for 3 values; expected ValueError (it said: ext.f() "
+                                 "crashed (signal 6, SIGABRT). The process was stopped. | terminate called)")
+    with pytest.raises(CheckFailed) as failed:
+        check.raises(lambda x: 1 / 0, (1,), ValueError, hidden=True)
+    assert "division" not in str(failed.value)
+
+
 def test_raises_in_a_hidden_check_shows_neither_its_case_nor_the_message(capsys):
     def strict(x):
         raise ValueError(f"bad x = {x}")
