@@ -305,7 +305,8 @@ for params in (7e9, 70e9):
 # One bit further still holds: exponent bits `00000001` give `(2**23 + mantissa) * 2**-149`, again the bits
 # read as an integer. So any 32-bit pattern with bits 24 .. 31 clear, read as float32, is that integer times
 # `2**-149`, exactly. Turn every nibble of a word into offset binary once, `u = w ^ 0x88888888` (nibble
-# `n ^ 8` is `q + 8`, from 0 to 15); then for nibbles 0 to 5 **one AND** does the whole unpacking:
+# `n ^ 8` is `q + 8`, from 0 to 15; write the constant as `-0x77777778`, the same 32 bits as an int32: Triton
+# refuses 0x88888888 beside an int32 word); then for nibbles 0 to 5 **one AND** does the whole unpacking:
 #
 # ```
 # (u & (0xF << 4 * j)).to(tl.float32, bitcast=True)  ==  (q + 8) * 2**(4 * j - 149)     (j = 0 .. 5)
@@ -313,7 +314,8 @@ for params in (7e9, 70e9):
 #
 # no shift, no sign, no conversion. One logical shift of the word, `u >> 8` (as `tl.uint32`), brings
 # nibbles 6 and 7 down to bits 16 .. 23 for the same treatment. The tiny power of two goes into `x`:
-# `x * 2**(110 - 4 * j)` times it is `x * (q + 8) * 2**-39`, exact in float32 (x has 11 significant bits,
+# `x * 2**(110 - 4 * j)` (`2**(118 - 4 * j)` for nibbles 6 and 7, shifted by 8) times it is
+# `x * (q + 8) * 2**-39`, exact in float32 (x has 11 significant bits,
 # `q + 8` four, a float32 24) and far inside its range for every float16 `x`. The 8 comes off once per word
 # (subtract `8 * 2**-39` times the sum of the word's 8 x), the `2**39` once per output. NVIDIA GPUs add and
 # multiply subnormals in their FMA units at full speed (NVIDIA's
@@ -785,14 +787,14 @@ hpcdl.plots.plot_roofline(ceilings.roof("fp16"), ceilings.bandwidth, points,
 #   cuBLAS's 58.2 (1.88x; the shifts: 32.4 at their best block shape). Its weights move at about 1.4 TB/s,
 #   under half of what the card copies, so the 4x the bytes allow is not reached.
 # - **Where the time goes.** The trick removed what rounds 3-6 could not: the conversion (I2FP) and the sign
-#   extension (SGXT) of every weight. The compiled kernel (BLOCK_N 8, BLOCK_K 512, one warp; Triton 3.6's
-#   SASS, recorded by round 8) went from 912 instructions to 808, but its time only from 88 to 85 µs. So
-#   issuing instructions no longer sets the pace: each one-warp program loads a step's words, waits for
-#   them, then computes on them, and the 25 such programs an SM can hold (80 registers each, as Triton 3.7
-#   compiles it for sm_90) do not hide that wait. Before it, converting half the nibbles by the exponent trick was 2% slower (round 3), summing over
-#   a 3-D block of nibbles took twice as long (the sum became exchanges between lanes, round 5), and float16
-#   pairs unpacked in inline PTX gained 1-4% (round 6). Libraries built for this (Marlin, for one) go further
-#   with weights reordered offline and loads issued several steps ahead of the arithmetic.
+#   extension (SGXT) of every weight. The compiled kernel (BLOCK_N 8, BLOCK_K 512, one warp; Triton 3.6's SASS,
+#   recorded by round 8) went from 912 instructions to 808, but its time only from 88 to 85 µs. So issuing
+#   instructions no longer sets the pace: each one-warp program loads a step's words, waits for them, then computes
+#   on them, and the 25 such programs an SM can hold (80 registers each, as Triton 3.7 compiles it for sm_90) do not
+#   hide that wait. Before it, converting half the nibbles by the exponent trick was 2% slower (round 3), summing
+#   over a 3-D block of nibbles took twice as long (the sum became exchanges between lanes, round 5), and float16
+#   pairs unpacked in inline PTX gained 1-4% (round 6). Libraries built for this (Marlin, for one) go further with
+#   weights reordered offline and loads issued several steps ahead of the arithmetic.
 # - **On an H200** (2026-12-06 09:41, the checker's clock, three runs,
 #   `results/speed_cells/h200-2026-12-06-0941-05_int4_packing.json`) the earlier reference took 91-100 µs,
 #   and cuBLAS's GEMV 124 µs: 1.24-1.36x, short of the 1.5x the cell below asks. The H200's memory is about
