@@ -789,12 +789,14 @@ hpcdl.plots.plot_roofline(ceilings.roof("fp16"), ceilings.bandwidth, points,
 # - **Where the time goes.** The trick removed what rounds 3-6 could not: the conversion (I2FP) and the sign
 #   extension (SGXT) of every weight. The compiled kernel (BLOCK_N 8, BLOCK_K 512, one warp; Triton 3.6's SASS,
 #   recorded by round 8) went from 912 instructions to 808, but its time only from 88 to 85 µs. So issuing
-#   instructions no longer sets the pace: each one-warp program loads a step's words, waits for them, then computes
-#   on them, and the 25 such programs an SM can hold (80 registers each, as Triton 3.7 compiles it for sm_90) do not
-#   hide that wait. Before it, converting half the nibbles by the exponent trick was 2% slower (round 3), summing
-#   over a 3-D block of nibbles took twice as long (the sum became exchanges between lanes, round 5), and float16
-#   pairs unpacked in inline PTX gained 1-4% (round 6). Libraries built for this (Marlin, for one) go further with
-#   weights reordered offline and loads issued several steps ahead of the arithmetic.
+#   instructions no longer sets the pace. Most likely latency does: each one-warp program loads a step's words,
+#   waits for them, then computes on them, and the 25 such programs an SM can hold (80 registers each, as Triton
+#   3.7 compiles it for sm_90) do not hide that wait (not measured yet: `benchmarks.gemv_sweep` holds a kernel
+#   that loads the next step's words before it computes). Before it, converting half the nibbles by the exponent
+#   trick was 2% slower (round 3), summing over a 3-D block of nibbles took twice as long (the sum became
+#   exchanges between lanes, round 5), and float16 pairs unpacked in inline PTX gained 1-4% (round 6). Libraries
+#   built for this (Marlin, for one) go further with weights reordered offline and loads issued several steps
+#   ahead of the arithmetic.
 # - **On an H200** (2026-12-06 09:41, the checker's clock, three runs,
 #   `results/speed_cells/h200-2026-12-06-0941-05_int4_packing.json`) the earlier reference took 91-100 µs,
 #   and cuBLAS's GEMV 124 µs: 1.24-1.36x, short of the 1.5x the cell below asks. The H200's memory is about
