@@ -120,45 +120,6 @@ PAIR_BLOCKS = []  # BLOCK_N, (128 weights a step), warps, stages: round 7 had 12
 DOT_BLOCKS = []  # BLOCK_N, (one group), warps, stages: round 4 had 8 shapes, round 5 (32, None, 2, 3), (64, None, 4, 3)
 
 
-# q_0 .. q_7 (float32, exact integers in [-8, 7]) of the int32 word $8, nibble j at bits 4j .. 4j + 3.
-UNPACK_PAIRS = tl.constexpr("""
-{
-.reg .b32 u, t, m, c, p0, p1, p2, p3;
-.reg .b16 lo, hi;
-mov.b32 m, 0x000F000F;
-mov.b32 c, 0x64006400;
-xor.b32 u, $8, 0x88888888;
-lop3.b32 p0, u, m, c, 0xEA;
-shr.u32 t, u, 4;
-lop3.b32 p1, t, m, c, 0xEA;
-shr.u32 t, u, 8;
-lop3.b32 p2, t, m, c, 0xEA;
-shr.u32 t, u, 12;
-lop3.b32 p3, t, m, c, 0xEA;
-mov.b32 c, 0x64086408;
-sub.f16x2 p0, p0, c;
-sub.f16x2 p1, p1, c;
-sub.f16x2 p2, p2, c;
-sub.f16x2 p3, p3, c;
-mov.b32 {lo, hi}, p0;
-cvt.f32.f16 $0, lo;
-cvt.f32.f16 $4, hi;
-mov.b32 {lo, hi}, p1;
-cvt.f32.f16 $1, lo;
-cvt.f32.f16 $5, hi;
-mov.b32 {lo, hi}, p2;
-cvt.f32.f16 $2, lo;
-cvt.f32.f16 $6, hi;
-mov.b32 {lo, hi}, p3;
-cvt.f32.f16 $3, lo;
-cvt.f32.f16 $7, hi;
-}
-""")  # xor: offset-binary nibbles u = q + 8; lop3 0xEA: (a & b) | c; 0x6400 is 1024.0 in float16, 0x6408 1032.0
-# The same without the subtraction: q + 1032, exact in float16 too.
-UNPACK_PAIRS_OFFSET = tl.constexpr("\n".join(line for line in UNPACK_PAIRS.value.splitlines()
-                                              if not line.startswith(("sub.f16x2", "mov.b32 c, 0x6408"))))
-
-
 @triton.jit
 def nibble_x(x_ptr, word, word_ok, j: tl.constexpr):
     """x[8 * word + j] as float32 (batch row 0)."""
@@ -186,9 +147,10 @@ def subnormal_partial(w, x_ptr, word, word_ok):
 @triton.jit
 def rows_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_wn, stride_sn, stride_ob,
                 GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DESIGN: tl.constexpr):
-    """out[n] = sum_k x[k] * q[n, k] * scale[n, k // GROUP] (batch 1). DESIGN: 2 rows sign shift, 7 rows lop3,
-    8 rows lop3 offset, 9 rows subnormal. (Rounds 2-5 also had 0 rows, 1 rows one lop, 3 rows fp16 products, 4 rows runtime
-    group, 5 rows mixed and 6 rows 3-D, described above; their code is in the history of this file.)"""
+    """out[n] = sum_k x[k] * q[n, k] * scale[n, k // GROUP] (batch 1). DESIGN: 2 rows sign shift, 9 rows
+    subnormal. (Rounds 2-6 also had 0 rows, 1 rows one lop, 3 rows fp16 products, 4 rows runtime group, 5 rows
+    mixed, 6 rows 3-D, 7 rows lop3 and 8 rows lop3 offset, described above; their code is in the history of this
+    file.)"""
     WORDS: tl.constexpr = BLOCK_K // 8
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
@@ -206,20 +168,6 @@ def rows_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_w
                 partial += nibble_x(x_ptr, word, word_ok, j)[None, :] * q
         elif DESIGN == 9:
             partial = subnormal_partial(w, x_ptr, word, word_ok)
-        else:
-            if DESIGN == 7:
-                q = tl.inline_asm_elementwise(UNPACK_PAIRS, "=r,=r,=r,=r,=r,=r,=r,=r,r", [w], dtype=(tl.float32,) * 8,
-                                              is_pure=True, pack=1)
-            else:  # q + 1032: the offset comes off once per word, as 1032 times the sum of its 8 x
-                q = tl.inline_asm_elementwise(UNPACK_PAIRS_OFFSET, "=r,=r,=r,=r,=r,=r,=r,=r,r", [w],
-                                              dtype=(tl.float32,) * 8, is_pure=True, pack=1)
-            xsum = tl.zeros((WORDS,), dtype=tl.float32)
-            for j in tl.static_range(8):
-                xj = nibble_x(x_ptr, word, word_ok, j)
-                partial += xj[None, :] * q[j]
-                xsum += xj
-            if DESIGN == 8:
-                partial -= 1032.0 * xsum[None, :]
         acc += partial * s.to(tl.float32)
     total = tl.sum(acc, axis=1)
     if DESIGN == 9:

@@ -196,7 +196,7 @@ class WorkerProcess:
         return text
 
 
-_measured = {}  # this cell's measurements: (worker, target, name, reference, workload) -> (seconds, how)
+_measured = {}  # this cell's measurements: (worker, target, name, reference, workload) -> ((seconds, how), reference)
 
 
 def forget_measurements() -> None:
@@ -206,7 +206,8 @@ def forget_measurements() -> None:
 
 def _identity(reference):
     """The reference itself where it can be a dict key (a function), else the object's id (a callable object
-    whose class defines __eq__ without __hash__): a speed cell must not fail on its reference's class."""
+    whose class defines __eq__ without __hash__): a speed cell must not fail on its reference's class. The
+    cache holds the reference too, so that its id cannot pass to another object while the entry lives."""
     try:
         hash(reference)
     except TypeError:
@@ -251,10 +252,11 @@ class RemoteCallable(Elsewhere):
         was. The next cell measures again (forget_measurements)."""
         key = (id(self._worker), repr(self._target()), name, _identity(reference), clock.workload(make_args()))
         if key in _measured:
-            seconds, how = _measured[key]
+            seconds, how = _measured[key][0]
             return seconds, f"{how}; the measurement above, compared again"
-        _measured[key] = clock.seconds_per_call(self._worker, self._target(), make_args, reference, name)
-        return _measured[key]
+        answer = clock.seconds_per_call(self._worker, self._target(), make_args, reference, name)
+        _measured[key] = answer, reference
+        return answer
 
     def resident_bytes(self) -> int:
         """The worker's resident set and that of every process it started, read here from /proc: nothing the
