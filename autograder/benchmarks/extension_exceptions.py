@@ -7,8 +7,16 @@ results/h100-2026-12-06-1913-gpu-calls.txt) an extension built by hpcdl.build ki
 when a TORCH_CHECK failed, called directly as well as through `ext.isolated`. So 05's `test_pack_errors` failed
 there for the reference solution, while it passes on every CPU machine. Each variant below is one small
 extension, built by hpcdl.build and called in a fresh interpreter, whose exit status and last lines are kept:
-which throws crash, whether torch's own TORCH_CHECK does, and (where `cuda-gdb` or `gdb` is installed) where
-the first crash happens.
+which throws crash, whether torch's own TORCH_CHECK does, what the first one links and whether it carries C++
+runtime code of its own, what the compiler is, and (where `cuda-gdb` or `gdb` is installed) where the first
+crash happens.
+
+On the H200 image (2026-12-06 20:14 UTC, torch 2.11.0+cu130, Python 3.12.3, "g++-real (Ubuntu 13.3.0)"):
+torch's own TORCH_CHECK, a plain `throw std::runtime_error` and `backtrace()` all arrived as RuntimeError; every
+TORCH_CHECK variant (either header, frame pointers) died by SIGSEGV, four frames above pybind11's dispatcher in
+the extension (the frames above were cut off; they are kept now). A c10::Error is thrown by libc10's code and
+caught by the extension's, a std::runtime_error thrown and caught by the extension's own: one guess this run
+can confirm is a compiler wrapper that links a second copy of the C++ runtime into the extension.
 """
 import json
 import os
@@ -56,17 +64,36 @@ sys.exit(3)
 """
 
 
-def run(command: list, timeout: float = 120) -> dict:
+def run(command: list, timeout: float = 120, keep: int = 800) -> dict:
+    """Exit status and the last `keep` characters of what `command` printed."""
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"returncode": None, "output": f"no answer within {timeout:g} s"}
-    return {"returncode": done.returncode, "output": (done.stdout + done.stderr)[-800:]}
+    return {"returncode": done.returncode, "output": (done.stdout + done.stderr)[-keep:]}
 
 
-def compiler() -> str:
+def compiler() -> dict:
+    """The C++ compiler that torch's build uses ($CXX, else c++), its version, and its first lines where it is
+    a script (the GPU image's g++ said it was "g++-real": a wrapper, whose added flags may matter)."""
     found = shutil.which(os.environ.get("CXX", "c++"))
-    return run([found, "--version"])["output"].splitlines()[0] if found else "no C++ compiler found"
+    if not found:
+        return {"path": None, "version": "no C++ compiler found"}
+    real = os.path.realpath(found)
+    with open(real, "rb") as f:
+        head = f.read(600)
+    script = head.decode(errors="replace") if head.startswith(b"#!") else None
+    return {"path": found, "resolves_to": real, "version": run([found, "--version"])["output"].splitlines()[0],
+            "script_head": script}
+
+
+def linked(path) -> str:
+    """The shared libraries an extension needs, and whether it holds C++ runtime code of its own."""
+    needed = run(["readelf", "-d", str(path)], keep=200_000)["output"] if shutil.which("readelf") else ""
+    symbols = run(["nm", "-D", "--defined-only", str(path)], keep=200_000)["output"] if shutil.which("nm") else ""
+    own = sorted({s.split()[-1] for s in symbols.splitlines() if "__cxa_" in s or "_Unwind_" in s})
+    return "\n".join(line.strip() for line in needed.splitlines() if "NEEDED" in line) + \
+        f"\nC++ runtime symbols it defines itself: {own[:12] or 'none'}"
 
 
 def main(out_path: str) -> None:
@@ -83,17 +110,23 @@ def main(out_path: str) -> None:
             results["variants"][label] = {"returncode": None, "output": f"build failed: {str(e)[-600:]}"}
             continue
         outcome = results["variants"][label] = run([sys.executable, "-c", CALL, str(ext.path), name])
+        if i == 0:
+            results["first variant's libraries"] = linked(ext.path)
         if outcome["returncode"] not in (0, None) and first_crash is None:
             first_crash = (label, ext.path, name)
     debugger = shutil.which("cuda-gdb") or shutil.which("gdb")
     if first_crash and debugger:
         label, path, name = first_crash
         traced = run([debugger, "-q", "-batch", "-ex", "run", "-ex", "bt", "--args", sys.executable, "-c", CALL,
-                      str(path), name], timeout=300)
-        results["backtrace"] = {"variant": label, "debugger": debugger, "output": traced["output"][-3000:]}
+                      str(path), name], timeout=300, keep=6000)
+        results["backtrace"] = {"variant": label, "debugger": debugger, "output": traced["output"]}
     with open(out_path, "w") as f:
         json.dump(results, f, indent=1)
-    print(f"{results['machine']}, Python {results['python']}, torch {results['torch']}, {results['compiler']}")
+    print(f"{results['machine']}, Python {results['python']}, torch {results['torch']}, "
+          f"{results['compiler']['version']} ({results['compiler']['path']} -> {results['compiler'].get('resolves_to')})")
+    if results["compiler"].get("script_head"):
+        print(f"the compiler is a script:\n{results['compiler']['script_head']}")
+    print(results.get("first variant's libraries", ""))
     for label, outcome in [("torch's own TORCH_CHECK", results["torch's own TORCH_CHECK"]),
                            *results["variants"].items()]:
         last = outcome["output"].strip().splitlines()[-1:] or [""]
