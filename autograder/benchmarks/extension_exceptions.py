@@ -15,8 +15,9 @@ On the H200 image (2026-12-06 20:14 UTC, torch 2.11.0+cu130, Python 3.12.3, "g++
 torch's own TORCH_CHECK, a plain `throw std::runtime_error` and `backtrace()` all arrived as RuntimeError; every
 TORCH_CHECK variant (either header, frame pointers) died by SIGSEGV, four frames above pybind11's dispatcher in
 the extension (the frames above were cut off; they are kept now). A c10::Error is thrown by libc10's code and
-caught by the extension's, a std::runtime_error thrown and caught by the extension's own: one guess this run
-can confirm is a compiler wrapper that links a second copy of the C++ runtime into the extension.
+caught by the extension's; a std::runtime_error is thrown and caught by the extension's own. One guess fits
+both: a compiler wrapper that links a second copy of the C++ runtime into the extension. What the benchmark
+records now (the libraries, the runtime symbols, the wrapper's first lines) confirms or drops it.
 """
 import json
 import os
