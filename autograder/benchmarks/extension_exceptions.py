@@ -123,10 +123,11 @@ def main(out_path: str) -> None:
         results["backtrace"] = {"variant": label, "debugger": debugger, "output": traced["output"]}
     with open(out_path, "w") as f:
         json.dump(results, f, indent=1)
+    found = results["compiler"]
     print(f"{results['machine']}, Python {results['python']}, torch {results['torch']}, "
-          f"{results['compiler']['version']} ({results['compiler']['path']} -> {results['compiler'].get('resolves_to')})")
-    if results["compiler"].get("script_head"):
-        print(f"the compiler is a script:\n{results['compiler']['script_head']}")
+          f"{found['version']} ({found['path']} -> {found.get('resolves_to')})")
+    if found.get("script_head"):
+        print(f"the compiler is a script:\n{found['script_head']}")
     print(results.get("first variant's libraries", ""))
     for label, outcome in [("torch's own TORCH_CHECK", results["torch's own TORCH_CHECK"]),
                            *results["variants"].items()]:

@@ -125,9 +125,10 @@ from .int4_gemv import GROUP, compiled_dequant_matmul, dequantized_fp16, inputs,
 RUNS = 2
 SHAPES = [(1, 28672, 8192), (1, 26400, 8192), (1, 8192, 8192)]  # B, N, K; graded: the first
 SASS_KEPT = "BLOCK_N 64 warps 1 stages 3"  # candidates whose whole SASS is recorded too
-ROW_BLOCKS = [(8, 512, 1, 3), (8, 512, 1, 3, 72), (4, 1024, 1, 3), (8, 256, 1, 3), (8, 1024, 2, 3)]  # BLOCK_N,
-# BLOCK_K, warps, stages[, maxnreg: registers a thread at most] (round 9 dropped (4, 512, 1, 3); round 8 also had (16, 256, 1, 3), (16, 512, 2, 3), (32, 128, 1, 3), (32, 256, 2, 3), (32, 512, 4, 3),
-# (16, 256, 1, 4), (8, 512, 1, 4): every one slower)
+# BLOCK_N, BLOCK_K, warps, stages[, maxnreg: registers a thread at most]. Round 9 dropped (4, 512, 1, 3); round 8
+# also had (16, 256, 1, 3), (16, 512, 2, 3), (32, 128, 1, 3), (32, 256, 2, 3), (32, 512, 4, 3), (16, 256, 1, 4),
+# (8, 512, 1, 4): every one slower.
+ROW_BLOCKS = [(8, 512, 1, 3), (8, 512, 1, 3, 72), (4, 1024, 1, 3), (8, 256, 1, 3), (8, 1024, 2, 3)]
 PAIR_BLOCKS = []  # BLOCK_N, (128 weights a step), warps, stages: round 7 had 12 (below)
 DOT_BLOCKS = []  # BLOCK_N, (one group), warps, stages: round 4 had 8 shapes, round 5 (32, None, 2, 3), (64, None, 4, 3)
 
@@ -160,9 +161,9 @@ def subnormal_partial(w, x_ptr, word, word_ok):
 def rows_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_wn, stride_sn, stride_ob,
                 GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DESIGN: tl.constexpr):
     """out[n] = sum_k x[k] * q[n, k] * scale[n, k // GROUP] (batch 1). DESIGN: 2 rows sign shift, 9 rows
-    subnormal, 10 rows loads only (not the product: round 9's test of the memory pattern). (Rounds 2-6 also had 0 rows, 1 rows one lop, 3 rows fp16 products, 4 rows runtime group, 5 rows
-    mixed, 6 rows 3-D, 7 rows lop3 and 8 rows lop3 offset, described above; their code is in the history of this
-    file.)"""
+    subnormal, 10 rows loads only (not the product: round 9's test of the memory pattern). (Rounds 2-6 also had
+    0 rows, 1 rows one lop, 3 rows fp16 products, 4 rows runtime group, 5 rows mixed, 6 rows 3-D, 7 rows lop3 and
+    8 rows lop3 offset, described above; their code is in the history of this file.)"""
     WORDS: tl.constexpr = BLOCK_K // 8
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
@@ -302,10 +303,11 @@ PAIR_DESIGNS = {"pairs sub": 0, "pairs dot": 1, "pairs exponent": 2}
 DOT_DESIGNS = {"exact dot i2f": 0, "exact dot exp": 1}  # name: EXP
 
 
-def launcher(kernel, grid, block_n, block_k, warps, stages, **meta):
+def launcher(kernel, grid, block_n, block_k, warps, stages, maxnreg=None, **meta):
     """A function of (x, packed, scales, group) that launches `kernel` on grid(B, N) as
     `kernel(x, words, scales, out, [B,] N, K, strides of x, words, scales and out, GROUP=group, ...)` (B and
-    BLOCK_K where the kernel takes them). Its attribute `compiled` is the last launch's kernel."""
+    BLOCK_K where the kernel takes them; at most `maxnreg` registers a thread where given). Its attribute
+    `compiled` is the last launch's kernel."""
     def run(x, packed, scales, group=GROUP):
         B, K = x.shape
         N = packed.shape[0]
@@ -313,6 +315,8 @@ def launcher(kernel, grid, block_n, block_k, warps, stages, **meta):
         out = torch.empty((B, N), dtype=torch.float16, device=x.device)
         sizes = (B, N, K) if "B" in kernel.arg_names else (N, K)
         extra = {"BLOCK_K": block_k} if "BLOCK_K" in kernel.arg_names else {}
+        if maxnreg:
+            extra["maxnreg"] = maxnreg
         run.compiled = kernel[grid(B, N)](x, words, scales, out, *sizes, x.stride(0), words.stride(0),
                                           scales.stride(0), out.stride(0), GROUP=group, BLOCK_N=block_n,
                                           num_warps=warps, num_stages=stages, **extra, **meta)
@@ -321,9 +325,8 @@ def launcher(kernel, grid, block_n, block_k, warps, stages, **meta):
 
 
 def rows_launcher(design, block_n, block_k, warps, stages, maxnreg=None):
-    registers = {"maxnreg": maxnreg} if maxnreg else {}
     return launcher(rows_kernel, lambda B, N: (triton.cdiv(N, block_n),), block_n, block_k, warps, stages,
-                    DESIGN=design, **registers)
+                    maxnreg, DESIGN=design)
 
 
 def dot_launcher(exp, block_n, block_k, warps, stages):
@@ -332,9 +335,8 @@ def dot_launcher(exp, block_n, block_k, warps, stages):
 
 
 def prefetch_launcher(block_n, block_k, warps, stages, maxnreg=None):
-    registers = {"maxnreg": maxnreg} if maxnreg else {}
     return launcher(prefetch_kernel, lambda B, N: (triton.cdiv(N, block_n),), block_n, block_k, warps, stages,
-                    **registers)
+                    maxnreg)
 
 
 def pairs_launcher(offset, block_n, block_k, warps, stages):
