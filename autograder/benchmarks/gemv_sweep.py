@@ -85,18 +85,22 @@ sign shift"'s 912 (no I2FP, no SGXT). do_bench medians of 2 runs, us:
 11% fewer instructions, 4-5% less time: issuing instructions no longer sets the pace. Every block shape with 16
 or 32 rows a program was slower (111-225 us at the graded shape) for both designs.
 
-Round 9, here: what does set it? Three tests, each against "rows subnormal" at the same block shape.
-- Latency: "rows subnormal prefetch" loads the next step's words and scales before this step's arithmetic, so a
-  program has two steps of loads in flight, not one (Triton 3.7 compiles it to 168 registers at BLOCK_N 8,
-  BLOCK_K 512, 1 warp: 12 programs an SM; 80 at BLOCK_K 256).
-- The last wave: at BLOCK_N 8, BLOCK_K 512, 1 warp the kernel takes 80 registers, so an SM holds 25 programs and
-  the card 3300; 28672 rows make 3584 programs, and the 284 left over run as a second wave on a nearly idle card.
-  "maxnreg 72" (28 programs an SM, 3696 in all: one wave; Triton 3.7 spills 7 registers a step) and the shape
-  1 x 26400 x 8192 (exactly 3300 programs) test it: without a tail, 26400 rows should cost less than 26400/28672
-  of 28672's time.
-- The memory pattern: "rows loads only" (unchecked: its result is not the product) loads the same words, scales
-  and x in the same layout, one warp per 8 rows, and does a fraction of the arithmetic. Its time is what this
-  layout and concurrency let memory deliver: near the subnormal kernel's, and the arithmetic is not the limit.
+Round 9 (H100, 2026-12-06 21:40, results/sweeps/h100-2026-12-06-2140-gemv_sweep-round9.json): what sets the
+pace? Three tests against "rows subnormal", do_bench medians of 2 runs, us (cuBLAS 177.3 at 1 x 28672 x 8192):
+- Latency: "rows subnormal prefetch" loaded the next step's words and scales before this step's arithmetic (two
+  steps of loads in flight a program; 168 registers at BLOCK_N 8, BLOCK_K 512, 1 warp). 89.2 against 85.7.
+- The last wave: at 8/512/1 the kernel takes 80 registers, 25 programs an SM, 3300 on the card, and 28672 rows
+  make 3584 programs. "maxnreg 72" (one wave, 7 registers spilled) took 103.8; the shape 1 x 26400 x 8192
+  (exactly 3300 programs) took 79.9 for the solution, against 85.0 x 26400/28672 = 78.3: the tail costs 2%.
+- The memory pattern: "rows loads only" (unchecked: not the product) loads the same words, scales and x in the
+  same layout and does an eighth of the arithmetic: 70.3 at 8/1024/2, 76.2 at 8/512/1; the solution 85.0. At
+  8192 x 8192: 24.7 against the solution's 30.3 (cuBLAS 60.0).
+The loads alone, in this layout, take 83% of the solution's time; 121 MB of weights and scales in 70.3 us is
+1.7 TB/s, half of what the H100's memory delivers to a copy. The layout does not keep enough bytes in flight,
+or its loads cost issue slots: each step loads x as 8 gathers (x[8 w + j] for each j, 16 bytes apart).
+
+Round 10, here: x as one contiguous load a step, split into its 8 nibble columns by `tl.reshape` and three
+levels of `tl.split` ("x block"), with the subnormal arithmetic and as loads only, beside round 9's two.
 
 Each at several block shapes, beside the solution (autotuned), cuBLAS's float16 GEMV of the dequantized weight
 and torch.compile of dequantize-then-matmul, on new random data in each of RUNS runs; every result checked
@@ -125,10 +129,10 @@ from .int4_gemv import GROUP, compiled_dequant_matmul, dequantized_fp16, inputs,
 RUNS = 2
 SHAPES = [(1, 28672, 8192), (1, 26400, 8192), (1, 8192, 8192)]  # B, N, K; graded: the first
 SASS_KEPT = "BLOCK_N 64 warps 1 stages 3"  # candidates whose whole SASS is recorded too
-# BLOCK_N, BLOCK_K, warps, stages[, maxnreg: registers a thread at most]. Round 9 dropped (4, 512, 1, 3); round 8
-# also had (16, 256, 1, 3), (16, 512, 2, 3), (32, 128, 1, 3), (32, 256, 2, 3), (32, 512, 4, 3), (16, 256, 1, 4),
-# (8, 512, 1, 4): every one slower.
-ROW_BLOCKS = [(8, 512, 1, 3), (8, 512, 1, 3, 72), (4, 1024, 1, 3), (8, 256, 1, 3), (8, 1024, 2, 3)]
+# BLOCK_N, BLOCK_K, warps, stages[, maxnreg: registers a thread at most]. Round 9 also had (8, 512, 1, 3, 72);
+# round 8 (4, 512, 1, 3), (16, 256, 1, 3), (16, 512, 2, 3), (32, 128, 1, 3), (32, 256, 2, 3), (32, 512, 4, 3),
+# (16, 256, 1, 4), (8, 512, 1, 4): every one slower.
+ROW_BLOCKS = [(8, 512, 1, 3), (4, 1024, 1, 3), (8, 256, 1, 3), (8, 1024, 2, 3)]
 PAIR_BLOCKS = []  # BLOCK_N, (128 weights a step), warps, stages: round 7 had 12 (below)
 DOT_BLOCKS = []  # BLOCK_N, (one group), warps, stages: round 4 had 8 shapes, round 5 (32, None, 2, 3), (64, None, 4, 3)
 
@@ -137,6 +141,16 @@ DOT_BLOCKS = []  # BLOCK_N, (one group), warps, stages: round 4 had 8 shapes, ro
 def nibble_x(x_ptr, word, word_ok, j: tl.constexpr):
     """x[8 * word + j] as float32 (batch row 0)."""
     return tl.load(x_ptr + word * 8 + j, mask=word_ok, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def subnormal_term(u, hi, xj, j: tl.constexpr):
+    """x * (q + 8) * 2**-39 for nibble j of every word, exact: u is the word ^ 0x88888888, hi is u >> 8."""
+    if j < 6:  # bits 0-23 with bits 24-31 clear, read as float32, are that integer times 2**-149
+        f = (u & (0xF << (4 * j))).to(tl.float32, bitcast=True)  # (q + 8) * 2**(4 j - 149)
+    else:
+        f = (hi & (0xF << (4 * j - 8))).to(tl.float32, bitcast=True)  # (q + 8) * 2**(4 j - 157)
+    return (xj * (2.0 ** (110 - 4 * j + 8 * (j >= 6))))[None, :] * f
 
 
 @triton.jit
@@ -149,19 +163,30 @@ def subnormal_partial(w, x_ptr, word, word_ok):
     for j in tl.static_range(8):
         xj = nibble_x(x_ptr, word, word_ok, j)
         xsum += xj
-        if j < 6:  # bits 0-23 with bits 24-31 clear, read as float32, are that integer times 2**-149
-            f = (u & (0xF << (4 * j))).to(tl.float32, bitcast=True)  # (q + 8) * 2**(4 j - 149)
-        else:
-            f = (hi & (0xF << (4 * j - 8))).to(tl.float32, bitcast=True)  # (q + 8) * 2**(4 j - 157)
-        partial += (xj * (2.0 ** (110 - 4 * j + 8 * (j >= 6))))[None, :] * f  # x (q + 8) 2**-39, exact
+        partial += subnormal_term(u, hi, xj, j)
     return partial - (8.0 * 2.0 ** -39) * xsum[None, :]
+
+
+@triton.jit
+def x_columns(x_ptr, k0, K, WORDS: tl.constexpr):
+    """x[k0 + 8 w + j] for w < WORDS as 8 float32 vectors, j = 0 .. 7, from one contiguous load (batch row 0):
+    [8 WORDS] reshaped to [WORDS, 2, 2, 2] is [w, j // 4, j // 2 % 2, j % 2], and tl.split takes the last."""
+    k = k0 + tl.arange(0, 8 * WORDS)
+    x = tl.reshape(tl.load(x_ptr + k, mask=k < K, other=0.0).to(tl.float32), (WORDS, 2, 2, 2))
+    odd0, odd1 = tl.split(x)
+    x0, x4 = tl.split(tl.split(odd0)[0])
+    x2, x6 = tl.split(tl.split(odd0)[1])
+    x1, x5 = tl.split(tl.split(odd1)[0])
+    x3, x7 = tl.split(tl.split(odd1)[1])
+    return x0, x1, x2, x3, x4, x5, x6, x7
 
 
 @triton.jit
 def rows_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_wn, stride_sn, stride_ob,
                 GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DESIGN: tl.constexpr):
     """out[n] = sum_k x[k] * q[n, k] * scale[n, k // GROUP] (batch 1). DESIGN: 2 rows sign shift, 9 rows
-    subnormal, 10 rows loads only (not the product: round 9's test of the memory pattern). (Rounds 2-6 also had
+    subnormal, 10 rows loads only (not the product: round 9's test of the memory pattern), 11 and 12 the same
+    two with x as one contiguous load a step (round 10). (Rounds 2-6 also had
     0 rows, 1 rows one lop, 3 rows fp16 products, 4 rows runtime group, 5 rows mixed, 6 rows 3-D, 7 rows lop3 and
     8 rows lop3 offset, described above; their code is in the history of this file.)"""
     WORDS: tl.constexpr = BLOCK_K // 8
@@ -186,37 +211,23 @@ def rows_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_w
             for j in tl.static_range(8):
                 xsum += nibble_x(x_ptr, word, word_ok, j)
             partial = (w & 0x7FFFFF).to(tl.float32, bitcast=True) * xsum[None, :]  # a subnormal: never NaN
+        else:  # 11, 12: x as one contiguous load, split into its nibble columns
+            x0, x1, x2, x3, x4, x5, x6, x7 = x_columns(x_ptr, k0, K, WORDS)
+            xsum = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7))
+            if DESIGN == 11:
+                u = w ^ -0x77777778
+                hi = u.to(tl.uint32, bitcast=True) >> 8
+                partial = (subnormal_term(u, hi, x0, 0) + subnormal_term(u, hi, x1, 1) + subnormal_term(u, hi, x2, 2)
+                           + subnormal_term(u, hi, x3, 3) + subnormal_term(u, hi, x4, 4)
+                           + subnormal_term(u, hi, x5, 5) + subnormal_term(u, hi, x6, 6)
+                           + subnormal_term(u, hi, x7, 7)) - (8.0 * 2.0 ** -39) * xsum[None, :]
+            else:  # 12: loads only, as 10
+                partial = (w & 0x7FFFFF).to(tl.float32, bitcast=True) * xsum[None, :]
         acc += partial * s.to(tl.float32)
     total = tl.sum(acc, axis=1)
-    if DESIGN == 9:
+    if DESIGN == 9 or DESIGN == 11:
         total = total * 2.0 ** 39
     tl.store(out_ptr + rows, total.to(tl.float16), mask=row_ok)
-
-
-@triton.jit
-def prefetch_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, stride_wn, stride_sn, stride_ob,
-                    GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """"rows subnormal" with the next step's words and scales loaded before this step's arithmetic (batch 1),
-    so that each program has two steps of loads in flight, not one."""
-    WORDS: tl.constexpr = BLOCK_K // 8
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < N
-    acc = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)
-    word = tl.arange(0, WORDS)
-    word_ok = word < K // 8
-    ok = row_ok[:, None] & word_ok[None, :]
-    w = tl.load(words_ptr + rows[:, None] * stride_wn + word[None, :], mask=ok, other=0)
-    s = tl.load(scales_ptr + rows[:, None] * stride_sn + (word * 8 // GROUP)[None, :], mask=ok, other=0.0)
-    for k0 in range(BLOCK_K, K + BLOCK_K, BLOCK_K):
-        word_next = k0 // 8 + tl.arange(0, WORDS)
-        next_ok = word_next < K // 8
-        ok = row_ok[:, None] & next_ok[None, :]
-        w_next = tl.load(words_ptr + rows[:, None] * stride_wn + word_next[None, :], mask=ok, other=0)
-        s_next = tl.load(scales_ptr + rows[:, None] * stride_sn + (word_next * 8 // GROUP)[None, :], mask=ok,
-                         other=0.0)
-        acc += subnormal_partial(w, x_ptr, word, word_ok) * s.to(tl.float32)
-        w, s, word, word_ok = w_next, s_next, word_next, next_ok
-    tl.store(out_ptr + rows, (tl.sum(acc, axis=1) * 2.0 ** 39).to(tl.float16), mask=row_ok)
 
 
 @triton.jit
@@ -296,9 +307,10 @@ def pairs_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, B, N, K, stride_xb, stri
              mask=row_ok[:, None] & batch_ok[None, :])
 
 
-ROW_DESIGNS = {"rows sign shift": 2, "rows subnormal": 9, "rows loads only": 10}  # round 6 also had "rows lop3": 7,
-# "rows lop3 offset": 8
-UNCHECKED_DESIGNS = {10}  # their result is not the product: timed, never compared
+ROW_DESIGNS = {"rows subnormal": 9, "rows loads only": 10, "rows subnormal x block": 11,
+               "rows loads only x block": 12}  # round 6 also had "rows lop3": 7, "rows lop3 offset": 8; round 9
+# "rows sign shift": 2 (its kernel is still here), and "rows subnormal prefetch" (in this file's history)
+UNCHECKED_DESIGNS = {10, 12}  # their result is not the product: timed, never compared
 PAIR_DESIGNS = {"pairs sub": 0, "pairs dot": 1, "pairs exponent": 2}
 DOT_DESIGNS = {"exact dot i2f": 0, "exact dot exp": 1}  # name: EXP
 
@@ -334,11 +346,6 @@ def dot_launcher(exp, block_n, block_k, warps, stages):
                     warps, stages, BLOCK_B=16, EXP=exp)
 
 
-def prefetch_launcher(block_n, block_k, warps, stages, maxnreg=None):
-    return launcher(prefetch_kernel, lambda B, N: (triton.cdiv(N, block_n),), block_n, block_k, warps, stages,
-                    maxnreg)
-
-
 def pairs_launcher(offset, block_n, block_k, warps, stages):
     return launcher(pairs_kernel, lambda B, N: (triton.cdiv(N, block_n), triton.cdiv(B, 16)), block_n, None,
                     warps, stages, BLOCK_B=16, OFFSET=offset)
@@ -358,7 +365,6 @@ def candidates(solution, batch=1, row_blocks=ROW_BLOCKS, dot_blocks=DOT_BLOCKS, 
     for block in row_blocks if batch == 1 else []:
         for name, design in ROW_DESIGNS.items():
             found[label(name, block)] = (rows_launcher(design, *block), design not in UNCHECKED_DESIGNS)
-        found[label("rows subnormal prefetch", block)] = (prefetch_launcher(*block), True)
     for block in dot_blocks:
         for name, design in DOT_DESIGNS.items():
             found[label(name, block)] = (dot_launcher(design, *block), True)

@@ -134,18 +134,36 @@ _BUILD_EXTENSION = textwrap.dedent("""
 
 BINDINGS_FILE = "hpcdl_bindings.cpp"
 # What a source may use without including it (tensors, torch:: and at:: names, TORCH_CHECK, at::parallel_for),
-# and pybind11 with its tensor casters for the bindings. Not <torch/extension.h>: it adds the C++ frontend
-# (torch::nn, optim, data) that no source here uses, and on 2 cores it made each build of 05's solution take
-# 25 s of compiling instead of 17. A source may still include it itself.
-BINDINGS_HEADERS = ("torch/types.h", "torch/csrc/utils/pybind.h")
+# and pybind11 with its tensor casters and torch's error handling for the bindings. Not <torch/extension.h>: it
+# adds the C++ frontend (torch::nn, optim, data) that no source here uses, and on 2 cores it made each build of
+# 05's solution take 25 s of compiling instead of 17. A source may still include it itself.
+BINDINGS_HEADERS = ("torch/types.h", "torch/csrc/utils/pybind.h", "torch/csrc/Exceptions.h")
 
 
 def _bindings(name: str, functions: dict) -> str:
     # The learner's file is included unchanged, so compiler messages quote its lines with its numbers.
+    # torch::wrap_pybind_function, as load_inline binds: C++ errors reach Python through torch's own handler, as
+    # torch's functions raise them (TORCH_CHECK: RuntimeError, TORCH_CHECK_VALUE: ValueError, ...; TORCH_WARN: a
+    # Python warning), whether or not this extension's pybind11 shares torch's exception translators.
     includes = "".join(f"#include <{header}>\n" for header in BINDINGS_HEADERS)
-    defs = "\n".join(f'  m.def("{f}", &{f}, {json.dumps(doc)});' for f, doc in functions.items())
+    defs = "\n".join(f'  m.def("{f}", torch::wrap_pybind_function({f}), {json.dumps(doc)});'
+                      for f, doc in functions.items())
     return (f'{includes}#include "{name}.cpp"\n\n'
             f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{defs}\n}}\n")
+
+
+def cxx_runtime() -> list:
+    """The C++ runtime library this process runs with (torch's libstdc++), as a linker argument; none where it is
+    not found (macOS, a libc++ build). Named first, it is what the extension links: a compiler whose own library
+    folder holds only a static libstdc++ (the lent GPU image's g++ wrapper) would otherwise link a second copy into
+    the extension, whose streams are never set up there: the first number that a TORCH_CHECK message formatted
+    crashed the process (benchmarks/extension_exceptions.py)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps}
+    except OSError:
+        return []
+    return sorted(path for path in paths if os.path.basename(path).startswith("libstdc++.so"))[:1]
 
 
 def _load(name: str, so: pathlib.Path):
@@ -204,15 +222,19 @@ def extension(name: str, cpp_source: str, *, functions, extra_cflags=("-O2",), e
     functions = dict.fromkeys(functions, "") if not isinstance(functions, dict) else dict(functions)
     for f in functions:
         _identifier(f, "function name")
-    cflags, ldflags = list(extra_cflags), list(extra_ldflags)
-    digest = _digest(name, "torch-extension", cpp_source, sorted(functions.items()), cflags, ldflags,
-                     torch.__version__, sys.version)
+    runtime = cxx_runtime()
+    cflags, ldflags = list(extra_cflags), [*runtime, *extra_ldflags]
+    bindings = _bindings(name, functions)
+    # The runtime by its file name (its version): a sandbox finds the same library under another path.
+    digest = _digest(name, "torch-extension", cpp_source, bindings, cflags, list(extra_ldflags),
+                     [os.path.basename(path) for path in runtime], torch.__version__, sys.version,
+                     os.environ.get("CXX"))
     folder = _build_folder(name, digest)
     so, done = folder / f"{name}.so", folder / "built"
     if not _up_to_date(done, digest):
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{name}.cpp").write_text(cpp_source)
-        (folder / BINDINGS_FILE).write_text(_bindings(name, functions))
+        (folder / BINDINGS_FILE).write_text(bindings)
         spec = {"name": name, "source": str(folder / BINDINGS_FILE), "folder": str(folder), "cflags": cflags,
                 "ldflags": ldflags, "done": str(done), "digest": digest}
         (folder / "spec.json").write_text(json.dumps(spec))

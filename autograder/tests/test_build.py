@@ -6,6 +6,8 @@ exceptions), and one released as the C++ stub learners get. Broken sources are c
 to fail fast (a missing header stops the compiler at once).
 """
 import os
+import shutil
+import sys
 import time
 import uuid
 
@@ -50,9 +52,9 @@ void throws(int64_t kind) {  // what C++ code raises, as Python sees it
     TORCH_CHECK_VALUE(kind != 1, "kind must not be 1");                       // ValueError
     TORCH_CHECK_INDEX(kind != 2, "index 2 is out of range");                  // IndexError
     TORCH_CHECK_TYPE(kind != 3, "expected a float32 tensor");                 // TypeError
-    if (kind == 4) throw std::invalid_argument("pybind11 makes this ValueError");
-    if (kind == 5) throw std::out_of_range("pybind11 makes this IndexError");
-    if (kind == 6) throw ShapeError();                                        // RuntimeError (pybind11)
+    if (kind == 4) throw std::invalid_argument("torch's handler makes this RuntimeError");
+    if (kind == 5) throw std::out_of_range("and this, where pybind11 alone made IndexError");
+    if (kind == 6) throw ShapeError();                                        // RuntimeError
 }
 
 torch::Tensor scale(torch::Tensor a, double factor) {
@@ -152,7 +154,7 @@ def test_isolated_calls_share_one_process_per_extension(toy, fresh_servers):
 
 @capabilities.cxx
 @pytest.mark.parametrize("kind, expected", [(0, RuntimeError), (1, ValueError), (2, IndexError), (3, TypeError),
-                                            (4, ValueError), (5, IndexError), (6, RuntimeError)])
+                                            (4, RuntimeError), (5, RuntimeError), (6, RuntimeError)])
 def test_isolated_call_raises_what_the_call_here_raises(toy, kind, expected, shared_servers):
     with pytest.raises(expected) as here:
         toy.throws(kind)
@@ -174,6 +176,24 @@ def test_check_raises_sees_a_torch_check_through_an_isolated_call(toy, shared_se
         toy.isolated("add")(a, b)
     with pytest.raises(TypeError, match="incompatible function arguments"):  # pybind11's, as here
         toy.isolated("add")(a, "not a tensor")
+
+
+@capabilities.cxx
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not shutil.which("g++"), reason="needs Linux and g++")
+def test_extension_runs_on_torchs_cxx_runtime_whatever_the_compiler_links(tmp_path, monkeypatch, shared_servers):
+    """A compiler that links a static libstdc++ (the lent GPU image's g++ wrapper did) gave the extension a copy of
+    the C++ runtime whose streams are never set up: a TORCH_CHECK message lost its numbers here ("odd length") and
+    crashed the process there. hpcdl.build links the libstdc++ that torch runs with instead."""
+    static = tmp_path / "g++"
+    static.write_text(f'#!/bin/sh\nexec {shutil.which("g++")} -static-libstdc++ "$@"\n')
+    static.chmod(0o755)
+    monkeypatch.setenv("CXX", str(static))
+    source = 'torch::Tensor f(torch::Tensor q) { TORCH_CHECK(q.numel() % 2 == 0, "odd length ", q.numel()); return q; }'
+    ext = build.extension("static_runtime", source, functions=["f"], extra_cflags=FAST)
+    with pytest.raises(RuntimeError) as raised:
+        ext.isolated("f")(torch.zeros(3))
+    assert str(raised.value) == "odd length 3"
+    assert build.cxx_runtime() and "libstdc++" in build.cxx_runtime()[0]
 
 
 @capabilities.cxx
