@@ -85,7 +85,7 @@ sign shift"'s 912 (no I2FP, no SGXT). do_bench medians of 2 runs, us:
 11% fewer instructions, 4-5% less time: issuing instructions no longer sets the pace. Every block shape with 16
 or 32 rows a program was slower (111-225 us at the graded shape) for both designs.
 
-Round 9 (H100, 2026-12-06 21:40, results/sweeps/h100-2026-12-06-2140-gemv_sweep-round9.json): what sets the
+Round 9 (H100, 2026-12-06 21:42, results/sweeps/h100-2026-12-06-2142-gemv_sweep-round9.json): what sets the
 pace? Three tests against "rows subnormal", do_bench medians of 2 runs, us (cuBLAS 177.3 at 1 x 28672 x 8192):
 - Latency: "rows subnormal prefetch" loaded the next step's words and scales before this step's arithmetic (two
   steps of loads in flight a program; 168 registers at BLOCK_N 8, BLOCK_K 512, 1 warp). 89.2 against 85.7.
@@ -99,8 +99,18 @@ The loads alone, in this layout, take 83% of the solution's time; 121 MB of weig
 1.7 TB/s, half of what the H100's memory delivers to a copy. The layout does not keep enough bytes in flight,
 or its loads cost issue slots: each step loads x as 8 gathers (x[8 w + j] for each j, 16 bytes apart).
 
-Round 10, here: x as one contiguous load a step, split into its 8 nibble columns by `tl.reshape` and three
-levels of `tl.split` ("x block"), with the subnormal arithmetic and as loads only, beside round 9's two.
+Round 10 (H100, 2026-12-06 22:35, results/sweeps/h100-2026-12-06-2235-gemv_sweep-round10.json): x as one
+contiguous load a step, split into its 8 nibble columns by `tl.reshape` and three levels of `tl.split` ("x
+block"), with the subnormal arithmetic and as loads only, beside round 9's two. do_bench medians of 2 runs, us:
+
+| B x N x K | cuBLAS | loads only, x block | subnormal, x block | subnormal, 8 gathers of x | solution (then) |
+|---|---|---|---|---|---|
+| 1 x 28672 x 8192 | 177.6 | 57.8 at 4/1024/1 | 74.2 at 4/1024/1 (2.38x) | 85.8 at 8/512/1 | 85.5 |
+| 1 x 26400 x 8192 | 170.3 | 55.4 | 70.4 | 81.8 | 80.2 |
+| 1 x 8192 x 8192 | 60.3 | 21.2 | 26.0 (2.32x) | 30.4 at 4/1024/1 | 30.5 |
+
+Loads in this layout now take 78% of the kernel's time (57.8 of 74.2), and 121 MB in 57.8 us is 2.1 TB/s. The
+reference (05's solution, and its GEMV_CONFIGS first config 4/1024/1) loads x this way since.
 
 Each at several block shapes, beside the solution (autotuned), cuBLAS's float16 GEMV of the dequantized weight
 and torch.compile of dequantize-then-matmul, on new random data in each of RUNS runs; every result checked

@@ -367,8 +367,14 @@ for params in (7e9, 70e9):
 # the first can find them in L2. Per step of `BLOCK_K` weights a program loads a `[BLOCK_N, BLOCK_K // 8]` block of words and
 # their scales, and for each `j` in
 # [`tl.static_range(8)`](https://triton-lang.org/main/python-api/generated/triton.language.static_range.html)
-# unpacks nibble `j` of every word and multiplies it by `x[b, word * 8 + j]`. Keep one float32 sum per
-# word column, `[BLOCK_N, BLOCK_K // 8]`, and add it up across the words once, after the loop: a sum across
+# unpacks nibble `j` of every word and multiplies it by `x[b, word * 8 + j]`. Load the step's `BLOCK_K`
+# values of `x` as one contiguous block and take those 8 columns apart in registers:
+# [`tl.reshape`](https://triton-lang.org/main/python-api/generated/triton.language.reshape.html) to
+# `[BLOCK_K // 8, 2, 2, 2]` puts `x[b, word * 8 + j]` at `[word, j // 4, j // 2 % 2, j % 2]`, and three levels
+# of [`tl.split`](https://triton-lang.org/main/python-api/generated/triton.language.split.html) (which halves
+# the last axis of size 2) give the 8 columns. Loading `x[b, word * 8 + j]` for each `j` instead is 8
+# gathers of elements 16 bytes apart a step; on an H100 that made the kernel 15% slower. Keep one float32
+# sum per word column, `[BLOCK_N, BLOCK_K // 8]`, and add it up across the words once, after the loop: a sum across
 # the words at every step makes the lanes that hold them exchange values at every step (on an H100 that
 # alone made the kernel 1.4 times slower at 8192 × 8192). The arrangement matters as much as the
 # instructions: the course's first reference kept a 3-D `[batch, rows, words]` sum and a run-time group
@@ -388,7 +394,7 @@ for params in (7e9, 70e9):
 ### BEGIN SOLUTION
 if hpcdl.ON_GPU:  # autotune times these on the first call for each (N, K, GROUP)
     GEMV_CONFIGS = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=3)
-                    for bn, bk, w in [(8, 512, 1), (4, 1024, 1), (8, 1024, 2), (8, 2048, 4)]]
+                    for bn, bk, w in [(4, 1024, 1), (8, 512, 1), (8, 1024, 2), (8, 2048, 4)]]
 else:
     GEMV_CONFIGS = [triton.Config({"BLOCK_N": 16, "BLOCK_K": 64})]
 ### END SOLUTION
@@ -413,19 +419,25 @@ def int4_gemv_kernel(x_ptr, words_ptr, scales_ptr, out_ptr, N, K, stride_xb, str
         w = tl.load(words_ptr + rows[:, None] * stride_wn + word[None, :], mask=block_ok, other=0)
         group = word * 8 // GROUP  # the 8 weights of a word share one scale; GROUP a constexpr: a shift
         s = tl.load(scales_ptr + rows[:, None] * stride_sn + group[None, :], mask=block_ok, other=0.0)
+        k = k0 + tl.arange(0, BLOCK_K)
+        xk = tl.load(x_ptr + b * stride_xb + k, mask=k < K, other=0.0).to(tl.float32)
+        even, odd = tl.split(tl.reshape(xk, (WORDS, 2, 2, 2)))  # [word, j // 4, j // 2 % 2], j even or odd
+        x0, x4 = tl.split(tl.split(even)[0])
+        x2, x6 = tl.split(tl.split(even)[1])
+        x1, x5 = tl.split(tl.split(odd)[0])
+        x3, x7 = tl.split(tl.split(odd)[1])
+        xs = (x0, x1, x2, x3, x4, x5, x6, x7)  # xs[j][i]: x[b, (k0 // 8 + i) * 8 + j]
+        xsum = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7))  # each word's 8 x: the + 8 comes off once
         u = w ^ -0x77777778  # ^ 0x88888888: every nibble becomes q + 8, from 0 to 15
         u67 = u.to(tl.uint32, bitcast=True) >> 8  # nibbles 6 and 7 down to bits 16 .. 23
-        xsum = tl.zeros((WORDS,), dtype=tl.float32)  # each word's 8 x: the + 8 comes off once per word
         partial = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)  # sum of x * (q + 8) per word, times 2**-39
         for j in tl.static_range(8):
-            xj = tl.load(x_ptr + b * stride_xb + word * 8 + j, mask=word_ok, other=0.0).to(tl.float32)
-            xsum += xj
             if j < 6:
                 f = (u & (0xF << 4 * j)).to(tl.float32, bitcast=True)  # (q + 8) * 2**(4j - 149), exact
-                partial += (xj * 2.0 ** (110 - 4 * j))[None, :] * f
+                partial += (xs[j] * 2.0 ** (110 - 4 * j))[None, :] * f
             else:
                 f = (u67 & (0xF << 4 * j - 8)).to(tl.float32, bitcast=True)  # (q + 8) * 2**(4j - 157)
-                partial += (xj * 2.0 ** (118 - 4 * j))[None, :] * f
+                partial += (xs[j] * 2.0 ** (118 - 4 * j))[None, :] * f
         acc += (partial - 2.0 ** -36 * xsum[None, :]) * s.to(tl.float32)  # 8 * 2**-39 = 2**-36
     tl.store(out_ptr + b * stride_ob + rows, (tl.sum(acc, axis=1) * 2.0 ** 39).to(tl.float16), mask=row_ok)
     ### END SOLUTION
@@ -784,19 +796,25 @@ hpcdl.plots.plot_roofline(ceilings.roof("fp16"), ceilings.bandwidth, points,
 #   solution, which unpacks by the subnormal trick, took 84.7 µs, where cuBLAS's float16 GEMV took 171.9
 #   (2.03x) and torch.compile of dequantize-then-matmul 373.8; the same kernel with two shifts and a
 #   conversion per weight, the course's earlier reference, took 88.2. At 8192 × 8192: 30.8 µs against
-#   cuBLAS's 58.2 (1.88x; the shifts: 32.4 at their best block shape). Its weights move at about 1.4 TB/s,
-#   under half of what the card copies, so the 4x the bytes allow is not reached.
-# - **Where the time goes.** The trick removed what rounds 3-6 could not: the conversion (I2FP) and the sign
-#   extension (SGXT) of every weight. The compiled kernel (BLOCK_N 8, BLOCK_K 512, one warp; Triton 3.6's SASS,
-#   recorded by round 8) went from 912 instructions to 808, but its time only from 88 to 85 µs. So issuing
-#   instructions no longer sets the pace. Most likely latency does: each one-warp program loads a step's words,
-#   waits for them, then computes on them, and the 25 such programs an SM can hold (80 registers each, as Triton
-#   3.7 compiles it for sm_90) do not hide that wait (not measured yet: `benchmarks.gemv_sweep` holds a kernel
-#   that loads the next step's words before it computes). Before it, converting half the nibbles by the exponent
-#   trick was 2% slower (round 3), summing over a 3-D block of nibbles took twice as long (the sum became
-#   exchanges between lanes, round 5), and float16 pairs unpacked in inline PTX gained 1-4% (round 6). Libraries
-#   built for this (Marlin, for one) go further with weights reordered offline and loads issued several steps
-#   ahead of the arithmetic.
+#   cuBLAS's 58.2 (1.88x; the shifts: 32.4 at their best block shape). Its weights moved at about 1.4 TB/s,
+#   under half of what the card copies, so the 4x the bytes allow is not reached (the next point says why,
+#   and what the reference does since).
+# - **Where the time goes.** The subnormal trick removed the conversion (I2FP) and the sign extension (SGXT)
+#   of every weight: the compiled kernel (BLOCK_N 8, BLOCK_K 512, one warp; Triton 3.6's SASS, recorded by
+#   round 8) went from 912 instructions to 808, but its time only from 88 to 85 µs, so issuing instructions
+#   did not set the pace. Round 9 (2026-12-06 21:42,
+#   `results/sweeps/h100-2026-12-06-2142-gemv_sweep-round9.json`) measured what did: a kernel with the same
+#   loads and an eighth of the arithmetic took 70 µs, so the loads as they were laid out took 83% of the
+#   time; loading the next step's words before computing on this step's (two steps of loads in flight) took
+#   89, and one wave of programs instead of a small second one gained 2%. Round 10 (22:35,
+#   `results/sweeps/h100-2026-12-06-2235-gemv_sweep-round10.json`) changed how `x` is loaded: one contiguous
+#   block a step, split in registers, instead of 8 gathers. Loads alone then took 58 µs, and the whole kernel
+#   74 µs at BLOCK_N 4, BLOCK_K 1024, one warp (2.38x cuBLAS), against 85.5 for the reference with the
+#   gathers; at 8192 × 8192, 26.0 against 30.5. The reference above loads `x` that way since. Before,
+#   converting half the nibbles by the exponent trick was 2% slower (round 3), summing over a 3-D block of
+#   nibbles took twice as long (the sum became exchanges between lanes, round 5), and float16 pairs unpacked
+#   in inline PTX gained 1-4% (round 6). Libraries built for this (Marlin, for one) go further with weights
+#   reordered offline and loads issued several steps ahead of the arithmetic.
 # - **On an H200** (2026-12-06 09:41, the checker's clock, three runs,
 #   `results/speed_cells/h200-2026-12-06-0941-05_int4_packing.json`) the earlier reference took 91-100 µs,
 #   and cuBLAS's GEMV 124 µs: 1.24-1.36x, short of the 1.5x the cell below asks. The H200's memory is about
