@@ -139,8 +139,8 @@ from .int4_gemv import GROUP, compiled_dequant_matmul, dequantized_fp16, inputs,
 RUNS = 2
 SHAPES = [(1, 28672, 8192), (1, 26400, 8192), (1, 8192, 8192)]  # B, N, K; graded: the first
 SASS_KEPT = "BLOCK_N 64 warps 1 stages 3"  # candidates whose whole SASS is recorded too
-# BLOCK_N, BLOCK_K, warps, stages[, maxnreg: registers a thread at most]. Round 9 also had (8, 512, 1, 3, 72);
-# round 8 (4, 512, 1, 3), (16, 256, 1, 3), (16, 512, 2, 3), (32, 128, 1, 3), (32, 256, 2, 3), (32, 512, 4, 3),
+# BLOCK_N, BLOCK_K, warps, stages. Round 9 also had (8, 512, 1, 3) at maxnreg 72 (its launcher option is in this
+# file's history); round 8 (4, 512, 1, 3), (16, 256, 1, 3), (16, 512, 2, 3), (32, 128, 1, 3), (32, 256, 2, 3), (32, 512, 4, 3),
 # (16, 256, 1, 4), (8, 512, 1, 4): every one slower.
 ROW_BLOCKS = [(8, 512, 1, 3), (4, 1024, 1, 3), (8, 256, 1, 3), (8, 1024, 2, 3)]
 PAIR_BLOCKS = []  # BLOCK_N, (128 weights a step), warps, stages: round 7 had 12 (below)
@@ -325,11 +325,10 @@ PAIR_DESIGNS = {"pairs sub": 0, "pairs dot": 1, "pairs exponent": 2}
 DOT_DESIGNS = {"exact dot i2f": 0, "exact dot exp": 1}  # name: EXP
 
 
-def launcher(kernel, grid, block_n, block_k, warps, stages, maxnreg=None, **meta):
+def launcher(kernel, grid, block_n, block_k, warps, stages, **meta):
     """A function of (x, packed, scales, group) that launches `kernel` on grid(B, N) as
     `kernel(x, words, scales, out, [B,] N, K, strides of x, words, scales and out, GROUP=group, ...)` (B and
-    BLOCK_K where the kernel takes them; at most `maxnreg` registers a thread where given). Its attribute
-    `compiled` is the last launch's kernel."""
+    BLOCK_K where the kernel takes them). Its attribute `compiled` is the last launch's kernel."""
     def run(x, packed, scales, group=GROUP):
         B, K = x.shape
         N = packed.shape[0]
@@ -337,8 +336,6 @@ def launcher(kernel, grid, block_n, block_k, warps, stages, maxnreg=None, **meta
         out = torch.empty((B, N), dtype=torch.float16, device=x.device)
         sizes = (B, N, K) if "B" in kernel.arg_names else (N, K)
         extra = {"BLOCK_K": block_k} if "BLOCK_K" in kernel.arg_names else {}
-        if maxnreg:
-            extra["maxnreg"] = maxnreg
         run.compiled = kernel[grid(B, N)](x, words, scales, out, *sizes, x.stride(0), words.stride(0),
                                           scales.stride(0), out.stride(0), GROUP=group, BLOCK_N=block_n,
                                           num_warps=warps, num_stages=stages, **extra, **meta)
@@ -346,9 +343,9 @@ def launcher(kernel, grid, block_n, block_k, warps, stages, maxnreg=None, **meta
     return run
 
 
-def rows_launcher(design, block_n, block_k, warps, stages, maxnreg=None):
+def rows_launcher(design, block_n, block_k, warps, stages):
     return launcher(rows_kernel, lambda B, N: (triton.cdiv(N, block_n),), block_n, block_k, warps, stages,
-                    maxnreg, DESIGN=design)
+                    DESIGN=design)
 
 
 def dot_launcher(exp, block_n, block_k, warps, stages):
@@ -362,10 +359,9 @@ def pairs_launcher(offset, block_n, block_k, warps, stages):
 
 
 def label(name, block):
-    registers = f" maxnreg {block[4]}" if len(block) > 4 else ""
     if block[1] is None:  # one group per step
-        return f"{name} BLOCK_N {block[0]} warps {block[2]} stages {block[3]}{registers}"
-    return f"{name} BLOCK_N {block[0]} BLOCK_K {block[1]} warps {block[2]} stages {block[3]}{registers}"
+        return f"{name} BLOCK_N {block[0]} warps {block[2]} stages {block[3]}"
+    return f"{name} BLOCK_N {block[0]} BLOCK_K {block[1]} warps {block[2]} stages {block[3]}"
 
 
 def candidates(solution, batch=1, row_blocks=ROW_BLOCKS, dot_blocks=DOT_BLOCKS, pair_blocks=PAIR_BLOCKS):

@@ -12,6 +12,7 @@ showing the compiler's first errors against the learner's own line numbers.
                                        # ext.pack(w) would
     prog = hpcdl.build.mpi_program("ring", RING_CPP)   # then hpcdl.ranks.mpi(prog, 3)
 """
+import functools
 import hashlib
 import importlib.util
 import json
@@ -152,7 +153,8 @@ def _bindings(name: str, functions: dict) -> str:
             f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{defs}\n}}\n")
 
 
-def cxx_runtime() -> list:
+@functools.cache  # a process does not change the C++ runtime it has loaded
+def cxx_runtime() -> tuple:
     """The C++ runtime library this process runs with (torch's libstdc++), as a linker argument; none where it is
     not found (macOS, a libc++ build). Named first, it is what the extension links: a compiler whose own library
     folder holds only a static libstdc++ (the lent GPU image's g++ wrapper) would otherwise link a second copy into
@@ -162,8 +164,8 @@ def cxx_runtime() -> list:
         with open("/proc/self/maps") as maps:
             paths = {line.split()[-1] for line in maps}
     except OSError:
-        return []
-    return sorted(path for path in paths if os.path.basename(path).startswith("libstdc++.so"))[:1]
+        return ()
+    return tuple(sorted(path for path in paths if os.path.basename(path).startswith("libstdc++.so"))[:1])
 
 
 def _load(name: str, so: pathlib.Path):
