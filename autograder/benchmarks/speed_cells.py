@@ -13,7 +13,8 @@ widest spread of pairs (results/h100-2026-12-06-2140-gpu-calls.txt); SESSIONS > 
 what gradings see. Each run's verdict and message (the measured numbers, the yardstick measured in the same
 run) go to OUT.json. Thresholds are the notebook's own: a run that misses one fails.
 A grading pays its correctness cells too; this leaves them out, so that five gradings of a notebook's speed
-fit in one GPU call.
+fit in one GPU call. Every timed batch, the learner's and the twin's, goes to OUT.json's "batches" in the order
+it ran (session, whose, calls, milliseconds, seconds since the first): where a run's pairs spread, they say which batches moved.
 """
 import json
 import os
@@ -43,13 +44,29 @@ def speed_spec(assignment: str, runs: int) -> dict:
     return {"cells": kept + repeated, "answer_names": sorted(names), "locked_names": sorted(protected)}
 
 
+def logging_batches(clock, log: list, session: list) -> None:
+    """Wraps the clock's batch_elapsed so that each timed batch is appended to `log` (session[0] is the
+    current session's number)."""
+    timed, started = clock.batch_elapsed, time.perf_counter()
+
+    def logged(worker, target, make_args, reference, name, calls):
+        elapsed, nbytes = timed(worker, target, make_args, reference, name, calls)
+        log.append([session[0], name, calls, round(elapsed * 1e3, 3), round(time.perf_counter() - started, 2)])
+        return elapsed, nbytes
+
+    clock.batch_elapsed = logged
+
+
 def main(out_path: str, assignment: str, runs: int, sessions: int = 1) -> None:
     from hpcdl_course.checker import Checker  # here: importing it switches this process's ceilings cache off
+    from hpcdl_grader import clock
 
     hpcdl.device.require_gpu("This benchmark")
     started = time.time()
-    verdicts, flags = {}, []
+    verdicts, flags, batches, current = {}, [], [], [0]
+    logging_batches(clock, batches, current)
     for session in range(1, sessions + 1):
+        current[0] = session
         result = Checker(speed_spec(assignment, runs)).run()
         prefix = f"session {session}: " if sessions > 1 else ""
         verdicts.update({prefix + cell: v for cell, v in result["verdicts"].items()})
@@ -59,7 +76,7 @@ def main(out_path: str, assignment: str, runs: int, sessions: int = 1) -> None:
                                "the checker's clock (hpcdl.speed, hpcdl_grader.clock), as make grade times a "
                                "submission; the reference solution in a sandboxed worker, a fresh one per session"),
               "assignment": assignment, "runs": runs, "sessions": sessions, "verdicts": verdicts, "flags": flags,
-              "passed_every_run": all(v["passed"] for v in verdicts.values()),
+              "passed_every_run": all(v["passed"] for v in verdicts.values()), "batches": batches,
               "seconds": time.time() - started}
     with open(out_path, "w") as f:
         json.dump(record, f, indent=1)
