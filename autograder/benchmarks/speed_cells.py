@@ -1,7 +1,7 @@
 """A notebook's graded speed cells as `make grade` runs them, several times over (CUDA GPU):
 
     PYTHONPATH=autograder python3 -m benchmarks.speed_cells OUT.json [ASSIGNMENT] [RUNS] [SESSIONS]
-    [RUNS=5] [SESSIONS=1] NB=04_fused_mlp BENCH=speed_cells bash autograder/benchmarks/gpu_run.sh OUT
+    [RUNS=5] [SESSIONS=1] [WHOLE=1] NB=04_fused_mlp BENCH=speed_cells bash autograder/benchmarks/gpu_run.sh OUT
                                                                                     (ASSIGNMENT from NB)
 
 SESSIONS checker sessions (hpcdl_course.checker, the grader's own code), one after another, each with a fresh
@@ -13,7 +13,9 @@ widest spread of pairs (results/h100-2026-12-06-2140-gpu-calls.txt); SESSIONS > 
 what gradings see. Each run's verdict and message (the measured numbers, the yardstick measured in the same
 run) go to OUT.json. Thresholds are the notebook's own: a run that misses one fails.
 A grading pays its correctness cells too; this leaves them out, so that five gradings of a notebook's speed
-fit in one GPU call. Every timed batch, the learner's and the twin's, goes to OUT.json's "batches" in the order
+fit in one GPU call. WHOLE=1 runs them, every test cell in the notebook's order as a grading does (the speed
+cells then run first where a grading runs them, with a worker in a grading's state), and the speed cells
+RUNS - 1 times more after them. Every timed batch, the learner's and the twin's, goes to OUT.json's "batches" in the order
 it ran (session, whose, calls, milliseconds, seconds since the first): where a run's pairs spread, they say which batches moved.
 """
 import json
@@ -29,15 +31,22 @@ from hpcdl_course import cells as roles, paths, trusted_execute
 from . import machine
 
 
-def speed_spec(assignment: str, runs: int) -> dict:
-    """The checker's spec for the solution: every locked and answer cell, and the speed cells `runs` times."""
+def speed_spec(assignment: str, runs: int, whole: bool = False) -> dict:
+    """The checker's spec for the solution: every locked and answer cell, and the speed cells `runs` times;
+    `whole`: every test cell in the notebook's order (a grading's cells), then the speed cells `runs - 1` times
+    more."""
     nb = nbformat.read(paths.SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
     cells, protected, _ = trusted_execute.cells_for_checker(nb, released=set())
     speed = [c for c in cells if c["role"] == roles.TEST and roles.is_speed(c["id"])]
     if not speed:
         raise SystemExit(f"{assignment} has no speed cells")
-    kept = [c for c in cells if c["role"] in (roles.LOCKED, roles.ANSWER)]
-    repeated = [{**c, "id": f"{c['id']} run {run}"} for run in range(1, runs + 1) for c in speed]
+    first = 1
+    if whole:
+        kept = [{**c, "id": f"{c['id']} run 1"} if c in speed else c for c in cells]
+        first = 2
+    else:
+        kept = [c for c in cells if c["role"] in (roles.LOCKED, roles.ANSWER)]
+    repeated = [{**c, "id": f"{c['id']} run {run}"} for run in range(first, runs + 1) for c in speed]
     names = trusted_execute.answer_names(
         trusted_execute.code_cells(paths.COURSE, assignment, assignment),
         trusted_execute.code_cells(paths.SOLUTIONS, assignment, assignment))
@@ -57,7 +66,7 @@ def logging_batches(clock, log: list, session: list) -> None:
     clock.batch_elapsed = logged
 
 
-def main(out_path: str, assignment: str, runs: int, sessions: int = 1) -> None:
+def main(out_path: str, assignment: str, runs: int, sessions: int = 1, whole: bool = False) -> None:
     from hpcdl_course.checker import Checker  # here: importing it switches this process's ceilings cache off
     from hpcdl_grader import clock
 
@@ -67,15 +76,15 @@ def main(out_path: str, assignment: str, runs: int, sessions: int = 1) -> None:
     logging_batches(clock, batches, current)
     for session in range(1, sessions + 1):
         current[0] = session
-        result = Checker(speed_spec(assignment, runs)).run()
+        result = Checker(speed_spec(assignment, runs, whole)).run()
         prefix = f"session {session}: " if sessions > 1 else ""
         verdicts.update({prefix + cell: v for cell, v in result["verdicts"].items()})
         flags += result["flags"]
     record = {**machine.record(f"PYTHONPATH=autograder python3 -m benchmarks.speed_cells OUT.json {assignment} {runs} "
-                               f"{sessions}",
+                               f"{sessions}{' (WHOLE=1)' if whole else ''}",
                                "the checker's clock (hpcdl.speed, hpcdl_grader.clock), as make grade times a "
                                "submission; the reference solution in a sandboxed worker, a fresh one per session"),
-              "assignment": assignment, "runs": runs, "sessions": sessions, "verdicts": verdicts, "flags": flags,
+              "assignment": assignment, "runs": runs, "sessions": sessions, "whole": whole, "verdicts": verdicts, "flags": flags,
               "passed_every_run": all(v["passed"] for v in verdicts.values()), "batches": batches,
               "seconds": time.time() - started}
     with open(out_path, "w") as f:
@@ -90,4 +99,4 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     main(args[0], args[1] if len(args) > 1 else os.environ["NB"],
          int(args[2]) if len(args) > 2 else int(os.environ.get("RUNS", 5)),
-         int(args[3]) if len(args) > 3 else int(os.environ.get("SESSIONS", 1)))
+         int(args[3]) if len(args) > 3 else int(os.environ.get("SESSIONS", 1)), os.environ.get("WHOLE") == "1")
