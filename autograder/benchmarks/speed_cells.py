@@ -1,7 +1,7 @@
 """A notebook's graded speed cells as `make grade` runs them, several times over (CUDA GPU):
 
     PYTHONPATH=autograder python3 -m benchmarks.speed_cells OUT.json [ASSIGNMENT] [RUNS] [SESSIONS]
-    [RUNS=5] [SESSIONS=1] [WHOLE=1] NB=04_fused_mlp BENCH=speed_cells bash autograder/benchmarks/gpu_run.sh OUT
+    [RUNS=5] [SESSIONS=1] [WHOLE=1] [SYNC=1] NB=04_fused_mlp BENCH=speed_cells bash autograder/benchmarks/gpu_run.sh OUT
                                                                                     (ASSIGNMENT from NB)
 
 SESSIONS checker sessions (hpcdl_course.checker, the grader's own code), one after another, each with a fresh
@@ -17,6 +17,8 @@ fit in one GPU call. WHOLE=1 runs them, every test cell in the notebook's order 
 cells then run first where a grading runs them, with a worker in a grading's state), and the speed cells
 RUNS - 1 times more after them. Every timed batch, the learner's and the twin's, goes to OUT.json's "batches" in the order
 it ran (session, whose, calls, milliseconds, seconds since the first): where a run's pairs spread, they say which batches moved.
+SYNC=1 (an experiment, not what make grade does): the learner's worker and the twin wait for a timed batch's
+inputs to be drawn before the first call, so that the calls' work cannot overlap the drawing (SYNC_CELL).
 """
 import json
 import os
@@ -31,7 +33,19 @@ from hpcdl_course import cells as roles, paths, trusted_execute
 from . import machine
 
 
-def speed_spec(assignment: str, runs: int, whole: bool = False) -> dict:
+# Run in both workers (and, as a locked cell, in the checker, where it finds no Worker and does nothing): the
+# worker's callee, which run_timed calls once the request (and so every draw) is decoded, first synchronizes.
+SYNC_CELL = """
+import gc as _gc
+for _cls in {type(_o) for _o in _gc.get_objects() if type(_o).__name__ == "Worker" and hasattr(_o, "run_timed")}:
+    def _synchronized(self, request, _callee=_cls.callee):
+        self.synchronize()
+        return _callee(self, request)
+    _cls.callee = _synchronized
+"""
+
+
+def speed_spec(assignment: str, runs: int, whole: bool = False, sync: bool = False) -> dict:
     """The checker's spec for the solution: every locked and answer cell, and the speed cells `runs` times;
     `whole`: every test cell in the notebook's order (a grading's cells), then the speed cells `runs - 1` times
     more."""
@@ -47,6 +61,8 @@ def speed_spec(assignment: str, runs: int, whole: bool = False) -> dict:
     else:
         kept = [c for c in cells if c["role"] in (roles.LOCKED, roles.ANSWER)]
     repeated = [{**c, "id": f"{c['id']} run {run}"} for run in range(first, runs + 1) for c in speed]
+    if sync:
+        kept.insert(0, {"id": "sync_after_draws", "role": roles.LOCKED, "source": SYNC_CELL, "hidden": False})
     names = trusted_execute.answer_names(
         trusted_execute.code_cells(paths.COURSE, assignment, assignment),
         trusted_execute.code_cells(paths.SOLUTIONS, assignment, assignment))
@@ -66,7 +82,8 @@ def logging_batches(clock, log: list, session: list) -> None:
     clock.batch_elapsed = logged
 
 
-def main(out_path: str, assignment: str, runs: int, sessions: int = 1, whole: bool = False) -> None:
+def main(out_path: str, assignment: str, runs: int, sessions: int = 1, whole: bool = False,
+         sync: bool = False) -> None:
     from hpcdl_course.checker import Checker  # here: importing it switches this process's ceilings cache off
     from hpcdl_grader import clock
 
@@ -74,17 +91,20 @@ def main(out_path: str, assignment: str, runs: int, sessions: int = 1, whole: bo
     started = time.time()
     verdicts, flags, batches, current = {}, [], [], [0]
     logging_batches(clock, batches, current)
+    if sync:
+        clock.NO_WORK_CELL += SYNC_CELL
     for session in range(1, sessions + 1):
         current[0] = session
-        result = Checker(speed_spec(assignment, runs, whole)).run()
+        result = Checker(speed_spec(assignment, runs, whole, sync)).run()
         prefix = f"session {session}: " if sessions > 1 else ""
         verdicts.update({prefix + cell: v for cell, v in result["verdicts"].items()})
         flags += result["flags"]
     record = {**machine.record(f"PYTHONPATH=autograder python3 -m benchmarks.speed_cells OUT.json {assignment} {runs} "
-                               f"{sessions}{' (WHOLE=1)' if whole else ''}",
+                               f"{sessions}{' (WHOLE=1)' if whole else ''}{' (SYNC=1)' if sync else ''}",
                                "the checker's clock (hpcdl.speed, hpcdl_grader.clock), as make grade times a "
                                "submission; the reference solution in a sandboxed worker, a fresh one per session"),
-              "assignment": assignment, "runs": runs, "sessions": sessions, "whole": whole, "verdicts": verdicts, "flags": flags,
+              "assignment": assignment, "runs": runs, "sessions": sessions, "whole": whole, "sync": sync,
+              "verdicts": verdicts, "flags": flags,
               "passed_every_run": all(v["passed"] for v in verdicts.values()), "batches": batches,
               "seconds": time.time() - started}
     with open(out_path, "w") as f:
@@ -99,4 +119,5 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     main(args[0], args[1] if len(args) > 1 else os.environ["NB"],
          int(args[2]) if len(args) > 2 else int(os.environ.get("RUNS", 5)),
-         int(args[3]) if len(args) > 3 else int(os.environ.get("SESSIONS", 1)), os.environ.get("WHOLE") == "1")
+         int(args[3]) if len(args) > 3 else int(os.environ.get("SESSIONS", 1)), os.environ.get("WHOLE") == "1",
+         os.environ.get("SYNC") == "1")
