@@ -15,8 +15,9 @@ run) go to OUT.json. Thresholds are the notebook's own: a run that misses one fa
 A grading pays its correctness cells too; this leaves them out, so that five gradings of a notebook's speed
 fit in one GPU call. WHOLE=1 runs them, every test cell in the notebook's order as a grading does (the speed
 cells then run first where a grading runs them, with a worker in a grading's state), and the speed cells
-RUNS - 1 times more after them. Every timed batch, the learner's and the twin's, goes to OUT.json's "batches" in the order
-it ran (session, whose, calls, milliseconds, seconds since the first): where a run's pairs spread, they say which batches moved.
+RUNS - 1 times more after them. Every timed batch, the learner's and the twin's, goes to OUT.json's "batches"
+in the order it ran (session, whose, calls, milliseconds, seconds since the first): where a run's pairs
+spread, they say which batches moved.
 SYNC=1 (an experiment, not what make grade does): the learner's worker and the twin wait for a timed batch's
 inputs to be drawn before the first call, so that the calls' work cannot overlap the drawing (SYNC_CELL).
 """
