@@ -3,7 +3,8 @@
 Every timed call gets fresh inputs of its own, which travel in the timed request and are drawn by the
 worker as it decodes it, after the clock has started (no thread of the learner's can start on them
 early). The clock measures a batch of calls and stops only when an element of every output has arrived;
-those elements and two whole outputs picked after the timing are checked against the reference. What the
+those elements, and more of every output at positions drawn after the timing (whole rows of two of them),
+are checked against the reference. What the
 same batch costs without the learner's work (the pipes, the sandbox, drawing the inputs, picking the
 elements) is measured on a twin worker (same command and sandbox, no learner code, a function that only
 hands back its first input) while the learner's processes are stopped, right after each of the learner's
@@ -24,7 +25,13 @@ from hpcdl.device import ON_GPU
 from hpcdl.speed import (BATCH_CALLS, BATCH_REPEATS, WAKE_SECONDS, ImpossibleSpeed, batch_seconds, calls_per_batch,
                          input_bytes, synchronize)
 
-VERIFIED_PER_BATCH = 2
+# Checked after each timed batch, at positions drawn once its reply has come: this many elements of every
+# output, and whole rows (the last axis) of ROW_CHECKED outputs, up to ROW_CHECK_ELEMENTS elements each (a row
+# as a whole catches what each element's tolerance hides: a long softmax row of float16 zeros). Fetching two
+# whole outputs instead cost about a second per batch for 256 MiB outputs (2026-12-07, this repository's
+# pipes on a 2-core machine), most of a speed cell's time.
+SAMPLED_PER_OUTPUT = 4096
+ROW_CHECKED, ROW_CHECK_ELEMENTS = 2, 1 << 20
 NOISY_REPEATS = 15  # pairs where drawing the inputs costs more than the work (seconds_per_call)
 NO_WORK_CELL = """
 import torch
@@ -151,28 +158,71 @@ def batch_elapsed(worker, target, make_args, reference, name, calls) -> tuple:
     picked = worker.request(request, what=name)["picked"]
     elapsed = time.perf_counter() - start
     if reference is not None:
-        verified = random.Random().sample(range(calls), VERIFIED_PER_BATCH)
-        whole = {i: worker.request({"op": "fetch", "index": i}, what=f"the output of {name}")["result"]
-                 for i in verified}
-        _check_batch(picked, whole, reference, sets, positions, name)
+        _check_batch(worker, picked, reference, sets, positions, name)
     return elapsed, input_bytes(sets[0])
 
 
-def _check_batch(picked, whole, reference, sets, positions, name):
-    """The elements the worker replied with, and the whole outputs fetched ({index: output}), are those of
-    the reference; each reference output is computed once, and dropped before the next."""
-    want, wrong_whole = [], None
+def _sample_positions(expected: torch.Tensor, rows: bool, draw: torch.Generator) -> tuple:
+    """(flat row-major positions to check in an output like `expected`, how many whole rows end them): random
+    elements, then, if `rows`, whole rows of the last axis (none for outputs of fewer than two axes, or with
+    rows longer than ROW_CHECK_ELEMENTS)."""
+    n = expected.numel()
+    at = torch.randint(max(n, 1), (min(SAMPLED_PER_OUTPUT, n),), generator=draw)
+    length = expected.shape[-1] if expected.dim() >= 2 else 0
+    if not rows or not 0 < length <= ROW_CHECK_ELEMENTS:
+        return at, 0
+    count = min(n // length, ROW_CHECK_ELEMENTS // length)
+    starts = torch.randperm(n // length, generator=draw)[:count] * length
+    return torch.cat([at, (starts[:, None] + torch.arange(length)).reshape(-1)]), count
+
+
+def _check_batch(worker, picked, reference, sets, positions, name):
+    """The elements the worker replied with are those of the reference, and so are every output's elements at
+    positions drawn now, after the reply (the worker could not know them while it worked), with whole rows of
+    ROW_CHECKED outputs. Each reference output is computed once, and dropped before the next."""
+    draw = torch.Generator().manual_seed(random.SystemRandom().randrange(1 << 62))
+    with_rows = set(random.Random(draw.initial_seed()).sample(range(len(sets)), min(ROW_CHECKED, len(sets))))
+    want, sampled, expected_samples = [], [], []
     for index, (args, position) in enumerate(zip(sets, positions)):
         expected = reference(*args)
         flat = expected.reshape(-1)
         want.append(flat[position % flat.numel()])
-        if index in whole and wrong_whole is None:
-            problem = compare(whole[index], expected)
-            wrong_whole = problem and f"{name} is wrong on timed call {index + 1} of a batch: {problem}"
+        at, rows = _sample_positions(expected, index in with_rows, draw)
+        sampled.append(at)
+        expected_samples.append((tuple(expected.shape), expected.dtype, flat[at.to(flat.device)].cpu(), rows))
+        del expected, flat
     problem = compare(picked, torch.stack(want).cpu()) if isinstance(picked, torch.Tensor) else "no elements came back"
-    wrong = f"{name} is wrong on the timed calls: {problem}" if problem else wrong_whole
+    wrong = problem and f"{name} is wrong on the timed calls: {problem}"
+    if not wrong:
+        reply = worker.request({"op": "sample", "positions": sampled}, what=f"the outputs of {name}")
+        wrong = _sample_problem(reply, expected_samples, name)
     if wrong:
         raise CheckFailed(f"{wrong}. Every timed call gets new inputs: a result reused from an earlier call fails")
+
+
+def _sample_problem(reply: dict, expected_samples: list, name: str) -> str | None:
+    """What is wrong with the sampled outputs of a batch (the worker's reply to "sample"), if anything."""
+    values, shapes, dtypes = reply.get("values"), reply.get("shapes"), reply.get("dtypes")
+    if not (isinstance(values, list) and isinstance(shapes, list) and isinstance(dtypes, list)
+            and len(values) == len(shapes) == len(dtypes) == len(expected_samples)):
+        return f"{name}'s outputs could not be read back after the timing"
+    for index, (got, shape, dtype, (want_shape, want_dtype, want, rows)) in enumerate(
+            zip(values, shapes, dtypes, expected_samples)):
+        where = f"{name} is wrong on timed call {index + 1} of a batch"
+        if shape != list(want_shape) or dtype != str(want_dtype):
+            said = f"{dtype} {tuple(shape) if isinstance(shape, list) else shape!r}"[:200]  # the worker's words
+            return f"{where}: returned {said}, expected {want_dtype} {want_shape}"
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+            return f"{where}: its elements could not be read back"
+        got = got.cpu()
+        elements = len(want) - rows * (want_shape[-1] if rows else 0)
+        problem = compare(got[:elements, None], want[:elements, None])  # a row each: rows are whole rows below
+        if not problem and rows:
+            problem = compare(got[elements:].view(rows, -1), want[elements:].view(rows, -1))
+            problem = problem and f"in {rows} whole rows checked: {problem}"
+        if problem:
+            return f"{where} (checked at positions drawn after the timing): {problem}"
+    return None
 
 
 class BusyCard(ImpossibleSpeed):

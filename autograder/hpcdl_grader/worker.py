@@ -195,8 +195,20 @@ class Worker:
         self.synchronize()
         return {"picked": self.torch.stack(picked).cpu() if picked else None}
 
-    def fetch(self, request):
-        return {"result": self.outputs[int(request["index"])]}
+    def sample(self, request):
+        """Each output of the last timed batch at the flat row-major positions the checker drew after the batch
+        (modulo its size), with its shape and dtype."""
+        positions = list(request["positions"])
+        if len(positions) != len(self.outputs):
+            raise ValueError(f"{len(positions)} lists of positions for {len(self.outputs)} outputs")
+        values, shapes, dtypes = [], [], []
+        for out, at in zip(self.outputs, positions):
+            _element(out, 0)  # a plain tensor with elements, or TypeError
+            flat = out.reshape(-1)
+            values.append(flat[at.to(flat.device) % flat.numel()])
+            shapes.append(list(out.shape))
+            dtypes.append(str(out.dtype))
+        return {"values": values, "shapes": shapes, "dtypes": dtypes}
 
     def synchronize(self):
         if self.device.type == "cuda":
@@ -219,7 +231,7 @@ class Worker:
 
     def serve(self, requests, replies):
         ops = {"run_cells": lambda r: self.run_cells(r["cells"]), "call": self.call, "get": self.get,
-               "wake": self.wake, "run_timed": self.run_timed, "fetch": self.fetch}
+               "wake": self.wake, "run_timed": self.run_timed, "sample": self.sample}
         while True:
             try:
                 with self.quiet():

@@ -33,6 +33,19 @@ class Lazy(torch.Tensor):
 def lazy(x, y):
     return (x + y).as_subclass(Lazy)
 
+def tail_undone(x, y):
+    """Right but for the last 1% of its elements (which stay zero): the first element is right."""
+    out = x + y
+    out.view(-1)[-(out.numel() // 100):] = 0
+    return out
+
+def zeros_like_softmax(x):
+    """Each element of a softmax of 16 x 8192 float16 lies within float16's atol of zero, but no row sums to 1."""
+    return torch.zeros_like(x)
+
+def reshaped(x, y):
+    return (x + y).reshape(-1)
+
 from torch.overrides import TorchFunctionMode
 
 SEEN = []
@@ -114,6 +127,44 @@ def test_methods_of_objects_in_the_worker_are_timed_too(worker):
 def test_a_result_reused_across_timed_calls_fails(worker):
     with pytest.raises(check.CheckFailed, match="wrong on the timed calls"):
         clock.batch_elapsed(worker, {"name": "memoised"}, inputs, torch.add, "memoised", 3)
+
+
+def test_every_output_is_checked_at_positions_drawn_after_the_batch(worker, monkeypatch):
+    """The element the worker picks inside the clock (here the first, which is right) proves the work was done
+    in time; positions drawn once the reply has come find the 1% of every output that was not."""
+    monkeypatch.setattr(clock.random, "randrange", lambda *a: 0)
+    with pytest.raises(check.CheckFailed, match="tail_undone is wrong on timed call 1 of a batch .checked at "
+                                                "positions drawn after the timing.: [0-9]+ of 4096 elements"):
+        clock.batch_elapsed(worker, {"name": "tail_undone"}, lambda: inputs((256, 512)), torch.add, "tail_undone", 3)
+    with pytest.raises(check.CheckFailed, match="returned torch.float32 .131072,., expected torch.float32 .256, 512."):
+        clock.batch_elapsed(worker, {"name": "reshaped"}, lambda: inputs((256, 512)), torch.add, "reshaped", 3)
+
+
+def test_rows_are_checked_whole_where_each_element_is_within_tolerance(worker):
+    def logits():
+        return (check.random_tensor((16, 8192), torch.float16, generator=check.generator(check.new_seed())),)
+
+    def softmax(x):
+        return torch.softmax(x.float(), -1).to(torch.float16)
+
+    with pytest.raises(check.CheckFailed, match="in 16 whole rows checked: 16 of 16 rows are wrong as a whole"):
+        clock.batch_elapsed(worker, {"name": "zeros_like_softmax"}, logits, softmax, "zeros_like_softmax", 3)
+    assert clock.batch_elapsed(worker, {"name": "add"}, lambda: inputs((16, 8192)), torch.add, "add", 3)[0] > 0
+
+
+def test_a_reply_to_the_sampling_that_does_not_fit_fails_the_batch():
+    expected = [((2, 3), torch.float32, torch.zeros(4), 0)]
+    for reply in [{}, {"values": None, "shapes": [], "dtypes": []},
+                  {"values": [torch.zeros(4)], "shapes": [[2, 3]], "dtypes": ["torch.float32"], "extra": 1}
+                  | {"values": [torch.zeros(4), torch.zeros(4)]},
+                  {"values": ["x"], "shapes": [[2, 3]], "dtypes": ["torch.float32"]},
+                  {"values": [torch.zeros(5)], "shapes": [[2, 3]], "dtypes": ["torch.float32"]},
+                  {"values": [torch.zeros(4)], "shapes": [[3, 2]], "dtypes": ["torch.float32"]},
+                  {"values": [torch.zeros(4)], "shapes": [[2, 3]], "dtypes": ["torch.float16"]},
+                  {"values": [torch.ones(4)], "shapes": [[2, 3]], "dtypes": ["torch.float32"]}]:
+        assert clock._sample_problem(reply, expected, "f"), reply
+    assert clock._sample_problem({"values": [torch.zeros(4)], "shapes": [[2, 3]], "dtypes": ["torch.float32"]},
+                                 expected, "f") is None
 
 
 def test_a_tensor_subclass_is_refused_as_a_timed_output(worker):
