@@ -28,7 +28,7 @@ from hpcdl.speed import (BATCH_CALLS, BATCH_REPEATS, WAKE_SECONDS, ImpossibleSpe
 # Checked after each timed batch, at positions drawn once its reply has come: this many elements of every
 # output, and whole rows (the last axis) of ROW_CHECKED outputs, up to ROW_CHECK_ELEMENTS elements each (a row
 # as a whole catches what each element's tolerance hides: a long softmax row of float16 zeros). Fetching two
-# whole outputs instead cost about a second per batch for 256 MiB outputs (2026-12-07, this repository's
+# whole outputs instead cost about a second per 256 MiB output (2026-12-07, this repository's
 # pipes on a 2-core machine), most of a speed cell's time.
 SAMPLED_PER_OUTPUT = 4096
 ROW_CHECKED, ROW_CHECK_ELEMENTS = 2, 1 << 20
@@ -181,7 +181,7 @@ def _check_batch(worker, picked, reference, sets, positions, name):
     positions drawn now, after the reply (the worker could not know them while it worked), with whole rows of
     ROW_CHECKED outputs. Each reference output is computed once, and dropped before the next."""
     draw = torch.Generator().manual_seed(random.SystemRandom().randrange(1 << 62))
-    with_rows = set(random.Random(draw.initial_seed()).sample(range(len(sets)), min(ROW_CHECKED, len(sets))))
+    with_rows = set(torch.randperm(len(sets), generator=draw)[:ROW_CHECKED].tolist())
     want, sampled, expected_samples = [], [], []
     for index, (args, position) in enumerate(zip(sets, positions)):
         expected = reference(*args)

@@ -36,14 +36,19 @@ def run_source(source: str, filename: str, namespace: dict):
     exec(compile(source, filename, "exec"), namespace)
 
 
-def _element(out, position: int):
-    """out's element number position (modulo its size) in row-major order, as a 0-d tensor."""
+def _plain_output(out):
+    """out, if it is a plain tensor with elements; else TypeError."""
     import torch
 
     if type(out) is not torch.Tensor or out.numel() == 0:
         # A subclass could compute only the elements that are read and defer the rest past the clock.
         raise TypeError(f"a timed call returned {type(out).__name__}, not a plain torch.Tensor with elements")
-    index, position = [], position % out.numel()
+    return out
+
+
+def _element(out, position: int):
+    """out's element number position (modulo its size) in row-major order, as a 0-d tensor."""
+    index, position = [], position % _plain_output(out).numel()
     for size in reversed(out.shape):
         position, at = divmod(position, size)
         index.append(at)
@@ -203,8 +208,7 @@ class Worker:
             raise ValueError(f"{len(positions)} lists of positions for {len(self.outputs)} outputs")
         values, shapes, dtypes = [], [], []
         for out, at in zip(self.outputs, positions):
-            _element(out, 0)  # a plain tensor with elements, or TypeError
-            flat = out.reshape(-1)
+            flat = _plain_output(out).reshape(-1)
             values.append(flat[at.to(flat.device) % flat.numel()])
             shapes.append(list(out.shape))
             dtypes.append(str(out.dtype))

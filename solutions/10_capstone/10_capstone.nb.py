@@ -254,8 +254,8 @@ def int4_gemv_kernel():
             ok = (rows < N)[:, None] & (word < K // 8)[None, :]
             w = tl.load(words_ptr + rows[:, None] * stride_wn + word[None, :], mask=ok, other=0)
             s = tl.load(scales_ptr + rows[:, None] * stride_sn + (word * 8 // GROUP)[None, :], mask=ok, other=0.0)
-            xk = tl.load(x_ptr + b * stride_xb + k0 + tl.arange(0, BLOCK_K), mask=k0 + tl.arange(0, BLOCK_K) < K,
-                         other=0.0).to(tl.float32)  # one contiguous block, taken apart in registers (05)
+            k = k0 + tl.arange(0, BLOCK_K)
+            xk = tl.load(x_ptr + b * stride_xb + k, mask=k < K, other=0.0).to(tl.float32)  # one block (05)
             even, odd = tl.split(tl.reshape(xk, (WORDS, 2, 2, 2)))
             x0, x4 = tl.split(tl.split(even)[0])
             x2, x6 = tl.split(tl.split(even)[1])
