@@ -7,6 +7,8 @@ only imports the modules in PRELOAD, then forks one process per run: it never ru
 nothing of one run (nbgrader's singletons, module state, environment) reaches the next. A run first leads a
 session of its own (the caller ends its whole process group on a timeout), then takes the caller's standard
 streams, working folder, environment and arguments, and only then runs its module as `python -m` would.
+A process of the server's waits for each run, and ends its process group if the caller goes first: a caller
+killed outright, or interrupted before it could end the run itself, leaves nothing running.
 
 A module reads some environment variables when it is imported: in a preloaded one, they keep the values the
 server started with. So PRELOAD holds no module of this course (hpcdl_course.paths reads HPCDL_COURSE_ROOT
@@ -16,6 +18,7 @@ modules or the interpreter read when they start (read_at_import): another value 
 Linux only (elsewhere, and with HPCDL_NO_FORKSERVER=1, nbgrader_run starts a fresh interpreter as before).
 """
 import atexit
+import contextlib
 import gc
 import importlib
 import io
@@ -85,7 +88,7 @@ class Popen:
                 os.close(out_w)
                 os.close(err_w)
             self.pid = _receive(reply)  # sent once the run leads its own process group
-        except BaseException:  # the server ends the run when this socket closes before it has its pid
+        except BaseException:  # the run's waiter ends the run when this socket closes
             reply.close()
             os.close(out_r)
             os.close(err_r)
@@ -227,19 +230,23 @@ def run_forked(module: str, args, cwd, log, timeout: float) -> int | None:
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
-def _ends_within(pid: int, timeout: float) -> bool:
-    """Whether the child `pid` ends within `timeout` seconds (left to be reaped)."""
+def _ends_within(pid: int, timeout: float | None, abandoned: socket.socket | None = None) -> bool:
+    """Whether the child `pid` ends within `timeout` seconds (None: however long it takes), left to be reaped.
+    False as soon as the socket `abandoned` turns readable, too: its other end has been closed."""
+    watched = [] if abandoned is None else [abandoned]
     try:
         ended = os.pidfd_open(pid)
     except OSError:  # a kernel older than 5.3
-        deadline = time.monotonic() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-            if time.monotonic() > deadline:
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            if watched and select.select(watched, [], [], 0)[0]:
                 return False
             time.sleep(0.05)
         return True
     try:
-        return bool(select.select([ended], [], [], timeout)[0])
+        return ended in select.select([ended, *watched], [], [], timeout)[0]
     finally:
         os.close(ended)
 
@@ -289,10 +296,17 @@ def _fork_and_wait(request: dict, reply_fd: int, stdout: int, stderr: int) -> tu
         with socket.socket(fileno=reply_fd) as reply:
             try:
                 reply.sendall(_STATUS.pack(pid))
-            except OSError:  # the caller is gone: so is its run
-                os.killpg(pid, signal.SIGKILL)
+                ended = _ends_within(pid, None, abandoned=reply)
+            except OSError:
+                ended = False
+            # The caller never writes to its end, so a readable one is closed: the caller has died, or was
+            # interrupted before it could end the run itself (Ctrl-C). The run ends too, with all it started.
+            if not ended:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
             status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-            reply.sendall(_STATUS.pack(status))
+            with contextlib.suppress(OSError):
+                reply.sendall(_STATUS.pack(status))
     finally:
         if pid != 0:  # the waiter, whatever happened (never back into the server's loop)
             os._exit(0)

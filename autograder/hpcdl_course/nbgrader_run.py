@@ -30,28 +30,33 @@ def nbgrader(*args, timeout: float | None = None, env: dict | None = None,
     env = {**os.environ, **(env or {}), "HPCDL_WORK": str(paths.work()), "PYTHONWARNINGS": "ignore",
            "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
     proc = None
-    if forkserver.usable():
-        try:
-            proc = forkserver.Popen(module, command[3:], cwd=paths.AUTOGRADER, env=env)
-        except OSError:  # its server did not start, or has ended: run it afresh
-            pass
-    if proc is None:
-        proc = subprocess.Popen(command, cwd=paths.AUTOGRADER, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, start_new_session=True)
-    with _lock:
-        _running.add(proc)
-    try:
+    try:  # from the start: a Ctrl-C between starting the run and waiting for it must end the run too
+        proc = _start(module, command, env)
+        with _lock:
+            _running.add(proc)
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _end_group(proc)
         _, err = proc.communicate()
         return subprocess.CompletedProcess(command, -1, "", f"timed out after {timeout:g} s\n{err or ''}")
     finally:
-        with _lock:
-            _running.discard(proc)
-        if proc.poll() is None:  # an exception here (Ctrl-C): nothing of this nbgrader may outlive it
-            _end_group(proc)
+        if proc is not None:
+            with _lock:
+                _running.discard(proc)
+            if proc.poll() is None:  # an exception here (Ctrl-C): nothing of this nbgrader may outlive it
+                _end_group(proc)
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def _start(module: str, command: list, env: dict):
+    """`command` started in autograder/, in a session of its own: forked from the fork server where it can be."""
+    if forkserver.usable():
+        try:
+            return forkserver.Popen(module, command[3:], cwd=paths.AUTOGRADER, env=env)
+        except OSError:  # its server did not start, or has ended: run it afresh
+            pass
+    return subprocess.Popen(command, cwd=paths.AUTOGRADER, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
 def _end_group(proc: subprocess.Popen, grace: float = 5.0) -> None:

@@ -20,6 +20,13 @@ from hpcdl_course import forkserver, nbgrader_run, paths
 from leftovers import pids_holding
 
 HERE = pathlib.Path(__file__).parent
+# A caller of nbgrader_run that runs fork_probe's hang (it writes its pids to argv[2]) and waits for it
+HANGING_CALLER = textwrap.dedent("""
+    import pathlib, sys
+    from hpcdl_course import nbgrader_run, paths
+    paths.AUTOGRADER = pathlib.Path(sys.argv[1])
+    nbgrader_run.nbgrader("hang", sys.argv[2], module="fork_probe")
+""")
 pytestmark = [pytest.mark.xdist_group("forkserver"),
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux's only")]
 
@@ -169,14 +176,8 @@ def test_stop_all_ends_the_runs_under_way(way, tmp_path):
 def test_ctrl_c_in_the_caller_leaves_nothing_running(tmp_path, fresh):
     """The fork server too ends with the process that started it."""
     token, pids = uuid.uuid4().hex, tmp_path / "pids"
-    caller = textwrap.dedent("""
-        import pathlib, sys
-        from hpcdl_course import nbgrader_run, paths
-        paths.AUTOGRADER = pathlib.Path(sys.argv[1])
-        nbgrader_run.nbgrader("hang", sys.argv[2], module="fork_probe")
-    """)
     env = {**os.environ, "HPCDL_TEST_TOKEN": token, "HPCDL_NO_FORKSERVER": fresh}
-    proc = subprocess.Popen([sys.executable, "-c", caller, str(HERE), str(pids)], env=env,
+    proc = subprocess.Popen([sys.executable, "-c", HANGING_CALLER, str(HERE), str(pids)], env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         hung = hung_pids(pids)
@@ -188,6 +189,22 @@ def test_ctrl_c_in_the_caller_leaves_nothing_running(tmp_path, fresh):
         while pids_holding(token) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert pids_holding(token) == []
+    finally:
+        proc.kill()
+
+
+def test_a_caller_killed_outright_leaves_nothing_running(tmp_path):
+    """A forked run, and what it started, ends with its caller even when the caller could do nothing about it:
+    the process that waits for the run sees the caller's end of their socket close."""
+    pids = tmp_path / "pids"
+    env = {**os.environ, "HPCDL_NO_FORKSERVER": ""}
+    proc = subprocess.Popen([sys.executable, "-c", HANGING_CALLER, str(HERE), str(pids)], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        hung = hung_pids(pids)
+        proc.kill()
+        proc.wait(60)
+        assert gone(hung)
     finally:
         proc.kill()
 
