@@ -293,6 +293,12 @@ _DISTRIBUTED_CALL = processes.CALL_FILE + processes.SAVE_RESULT + textwrap.deden
     os.environ["MASTER_PORT"] = str(store.port)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
     open(os.path.join(out_dir, f"rank{rank}.joined"), "w").close()
+    # No rank runs the called file before every rank has joined: one that failed at once would close its
+    # connections while a peer still set up its own (gloo's connectFullMesh), and that peer would die at
+    # start-up, hiding the failure. Rank 0 hosts the store, so it too stays until then.
+    joined = [os.path.join(out_dir, f"rank{r}.joined") for r in range(world_size)]
+    while not all(os.path.exists(j) for j in joined):
+        time.sleep(0.01)
     with open(args_file, "rb") as f:
         args = pickle.load(f)
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
@@ -301,11 +307,6 @@ _DISTRIBUTED_CALL = processes.CALL_FILE + processes.SAVE_RESULT + textwrap.deden
     open(os.path.join(out_dir, f"rank{rank}.returned"), "w").close()
     # The result is kept: leave without tearing the process group down. Gloo's threads could abort the
     # interpreter's exit ("terminate called without an active exception") after the result was written.
-    # Rank 0 hosts the store: it stays until every rank has joined the group (a rank still joining needs it).
-    joined = [os.path.join(out_dir, f"rank{r}.joined") for r in range(world_size)]
-    deadline = time.monotonic() + 120
-    while rank == 0 and time.monotonic() < deadline and not all(os.path.exists(j) for j in joined):
-        time.sleep(0.05)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -195,6 +195,24 @@ def exits(rank, world_size):
     if rank == 1:
         raise SystemExit(3)  # an exit, not an exception to raise again
     return rank
+
+
+def sees_every_rank_joined(rank, world_size):
+    import os, sys
+    return all(os.path.exists(os.path.join(sys.argv[-1], f"rank{r}.joined")) for r in range(world_size))
+'''
+
+# Imported by each rank as it starts (PYTHONPATH): rank 0 stays a while after joining its process group.
+SLOW_RANK_0 = '''
+import os
+if os.environ.get("RANK") == "0":
+    import time
+    import torch.distributed as dist
+    joined = dist.init_process_group
+    def init_process_group(*args, **kwargs):
+        joined(*args, **kwargs)
+        time.sleep(1.5)
+    dist.init_process_group = init_process_group
 '''
 
 
@@ -354,6 +372,15 @@ def test_a_hostile_torch_rank_cannot_choose_the_class_raised_here(average_py, na
     with pytest.raises(processes.ChildError) as raised:
         ranks.torch_distributed(average_py, "forges", 2, args=(name,), backend="gloo", timeout=60)
     assert type(raised.value).__bases__ == (processes.ChildError,) and str(raised.value) == "forged"
+
+
+def test_no_rank_runs_the_file_before_every_rank_has_joined(average_py, tmp_path, monkeypatch):
+    """A rank that failed at once closed its connections while a slower peer still set up its own (gloo's
+    connectFullMesh): that peer died at start-up and the failure was reported as its (CI, 2026-12-07)."""
+    files.write(tmp_path / "slow" / "sitecustomize.py", SLOW_RANK_0)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path / "slow"),
+                                                                     os.environ.get("PYTHONPATH")])))
+    assert ranks.torch_distributed(average_py, "sees_every_rank_joined", 2, backend="gloo", timeout=60) == [True] * 2
 
 
 def test_a_crash_that_makes_another_rank_raise_is_described_rank_by_rank(average_py, no_leftovers):
