@@ -4,11 +4,10 @@ Every timed call gets fresh inputs of its own, which travel in the timed request
 worker as it decodes it, after the clock has started (no thread of the learner's can start on them
 early). The clock measures a batch of calls and stops only when an element of every output has arrived;
 those elements, and more of every output at positions drawn after the timing (whole rows of two of them),
-are checked against the reference. What the
-same batch costs without the learner's work (the pipes, the sandbox, drawing the inputs, picking the
-elements) is measured on a twin worker (same command and sandbox, no learner code, a function that only
-hands back its first input) while the learner's processes are stopped, right after each of the learner's
-batches, and taken off. The yardsticks (hpcdl.speed) are measured while the worker's processes are stopped
+are checked against the reference. What the same batch costs without the learner's work (the pipes, the
+sandbox, drawing the inputs, picking the elements) is measured on a twin worker (same command and sandbox,
+no learner code, a function that only hands back its first input) while the learner's processes are
+stopped, right after each of the learner's batches, and taken off. The yardsticks (hpcdl.speed) are measured while the worker's processes are stopped
 and the card, by its copy speed, runs nothing of theirs.
 """
 import atexit
@@ -28,8 +27,8 @@ from hpcdl.speed import (BATCH_CALLS, BATCH_REPEATS, WAKE_SECONDS, ImpossibleSpe
 # Checked after each timed batch, at positions drawn once its reply has come: this many elements of every
 # output, and whole rows (the last axis) of ROW_CHECKED outputs, up to ROW_CHECK_ELEMENTS elements each (a row
 # as a whole catches what each element's tolerance hides: a long softmax row of float16 zeros). Fetching two
-# whole outputs instead cost about a second per 256 MiB output (2026-12-07, this repository's
-# pipes on a 2-core machine), most of a speed cell's time.
+# whole outputs instead cost about a second per 256 MiB output (2026-12-07, this repository's pipes on a
+# 2-core machine), most of a speed cell's time.
 SAMPLED_PER_OUTPUT = 4096
 ROW_CHECKED, ROW_CHECK_ELEMENTS = 2, 1 << 20
 NOISY_REPEATS = 15  # pairs where drawing the inputs costs more than the work (seconds_per_call)

@@ -198,8 +198,8 @@ def test_a_caller_killed_outright_leaves_nothing_running(tmp_path):
     the process that waits for the run sees the caller's end of their socket close."""
     pids = tmp_path / "pids"
     env = {**os.environ, "HPCDL_NO_FORKSERVER": ""}
-    proc = subprocess.Popen([sys.executable, "-c", HANGING_CALLER, str(HERE), str(pids)], env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-c", HANGING_CALLER, str(HERE), str(pids)], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         hung = hung_pids(pids)
         proc.kill()
